@@ -1,0 +1,352 @@
+"""Credit assignment: which actions of a trajectory τ get how much advantage A (notebooks 05 to 08).
+
+    outcome_advantages   one reward per trajectory, normalised within its group (GRPO)        notebook 05
+    gigpo_advantages     + step groups of rows that share an anchor state (GiGPO)               notebook 06
+    turn_advantages      + per-turn rewards from a process reward or a turn judge               notebook 07
+    gae, ValueHead,      a learned critic V and turn-level GAE(γ, λ), PPO value loss            notebook 08
+    value_loss
+    broadcast_to_tokens  one advantage per turn -> one per token, for `policy_loss`
+
+A "group" is the set of rollouts of one task (same prompt); only rollouts of one group are compared.
+Inputs are flat lists, one entry per row, with `group_ids` and `traj_ids` naming the row's group and
+trajectory; the rows of one trajectory come in time order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from difflib import SequenceMatcher
+
+import torch
+from torch import nn
+
+from course_lib.losses import masked_mean
+
+
+def _as_float_tensor(values: Sequence[float] | torch.Tensor) -> torch.Tensor:
+    """A 1-D float tensor; floating tensors keep their dtype, anything else becomes float32."""
+    if isinstance(values, torch.Tensor) and values.is_floating_point():
+        return values.detach().flatten()
+    return torch.as_tensor(values, dtype=torch.float32).flatten()
+
+
+def _rows_by_key(keys: Sequence[Hashable]) -> dict[Hashable, list[int]]:
+    """Row indices of every distinct key, keys and rows in first-seen order."""
+    rows: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        rows.setdefault(key, []).append(i)
+    return rows
+
+
+def _normalise_in_groups(
+    values: torch.Tensor, group_keys: Sequence[Hashable], *, scale: str, eps: float
+) -> torch.Tensor:
+    """(x − group mean) / (unbiased group std + eps) with scale="group", x − group mean with scale="none".
+
+    A group of one row, or a group whose values are all equal, gets exactly 0 (no signal to compare).
+    """
+    if scale not in ("group", "none"):
+        raise ValueError(f"scale must be 'group' or 'none', got {scale!r}")
+    if len(group_keys) != len(values):
+        raise ValueError(f"{len(values)} values but {len(group_keys)} group ids; give one group id per value")
+    out = torch.zeros_like(values)
+    for rows in _rows_by_key(group_keys).values():
+        x = values[rows]
+        if len(rows) == 1 or torch.all(x == x[0]):
+            continue
+        centred = x - x.mean()
+        out[rows] = centred / (x.std() + eps) if scale == "group" else centred
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# outcome-only credit (GRPO over trajectories)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def outcome_advantages(
+    rewards: Sequence[float] | torch.Tensor,
+    group_ids: Sequence[Hashable],
+    *,
+    scale: str = "group",
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Group-normalised outcome advantage, one per trajectory.
+
+        A(τ_i) = (R(τ_i) − mean_g R) / (std_g R + eps)     scale="group" (std with N−1, as TRL)
+        A(τ_i) =  R(τ_i) − mean_g R                        scale="none" (Dr. GRPO)
+
+    where g is τ_i's group. Shapes: rewards [N], group_ids N hashables -> [N]. A group of one trajectory,
+    or one where every reward is equal, gets 0. Every model token of τ_i then uses A(τ_i).
+    """
+    return _normalise_in_groups(_as_float_tensor(rewards), list(group_ids), scale=scale, eps=eps)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GiGPO: episode groups + anchor-state step groups
+# ---------------------------------------------------------------------------------------------------------
+
+
+def discounted_returns(
+    rewards: Sequence[float] | torch.Tensor, traj_ids: Sequence[Hashable], *, gamma: float
+) -> torch.Tensor:
+    """G_t = r_t + γ·G_{t+1} within each trajectory (G after the last row is 0). [N] -> [N]."""
+    rewards = _as_float_tensor(rewards)
+    returns = torch.zeros_like(rewards)
+    for rows in _rows_by_key(list(traj_ids)).values():
+        future = 0.0
+        for i in reversed(rows):
+            future = rewards[i] + gamma * future
+            returns[i] = future
+    return returns
+
+
+def step_group_ids(
+    anchors: Sequence[Hashable], group_ids: Sequence[Hashable], *, similarity: float | None = None
+) -> list[int]:
+    """The step group of every row: rows of one group (task) whose anchor states match.
+
+    Exact mode (similarity=None): anchors match when equal. Similarity mode: greedy clustering in row
+    order; a row joins the first step group of its group whose first member's anchor has
+    difflib.SequenceMatcher(None, a, b).ratio() >= similarity (GiGPO uses 0.9 for search), else it opens
+    a new one. Non-string anchors only match when equal. Returns one integer id per row, numbered in
+    order of first appearance.
+    """
+    if len(anchors) != len(group_ids):
+        raise ValueError(f"{len(anchors)} anchors but {len(group_ids)} group ids; give one of each per row")
+    first_anchor: dict[int, Hashable] = {}  # step-group id -> anchor of its first member
+    exact: dict[tuple[Hashable, Hashable], int] = {}  # (group, anchor) -> step-group id: the hash map
+    step_ids_of_group: dict[Hashable, list[int]] = {}
+
+    def is_similar(step_id: int, anchor: str) -> bool:
+        first = first_anchor[step_id]
+        return isinstance(first, str) and SequenceMatcher(None, first, anchor).ratio() >= similarity
+
+    ids = []
+    for anchor, group in zip(anchors, group_ids):
+        step_id = exact.get((group, anchor))
+        if step_id is None and similarity is not None and isinstance(anchor, str):
+            step_id = next((s for s in step_ids_of_group.get(group, []) if is_similar(s, anchor)), None)
+        if step_id is None:
+            step_id = len(first_anchor)
+            first_anchor[step_id] = anchor
+            step_ids_of_group.setdefault(group, []).append(step_id)
+        exact.setdefault((group, anchor), step_id)
+        ids.append(step_id)
+    return ids
+
+
+def step_group_sizes(
+    anchors: Sequence[Hashable], group_ids: Sequence[Hashable], *, similarity: float | None = None
+) -> list[int]:
+    """Size of every step group (one entry per step group, in order of first appearance), for the
+    step-group size histogram of notebook 06. A size of 1 means that row got no step-level signal."""
+    counts = Counter(step_group_ids(anchors, group_ids, similarity=similarity))
+    return [counts[s] for s in sorted(counts)]
+
+
+def gigpo_advantages(
+    step_rewards: Sequence[float] | torch.Tensor,
+    anchors: Sequence[Hashable],
+    group_ids: Sequence[Hashable],
+    traj_ids: Sequence[Hashable],
+    *,
+    gamma: float = 0.95,
+    omega: float = 1.0,
+    scale: str = "group",
+    eps: float = 1e-6,
+    similarity: float | None = None,
+) -> torch.Tensor:
+    """GiGPO advantage (Feng et al. 2025), one per environment step (row).
+
+    Episode level (paper Eq. 3), one value per trajectory, normalised over the trajectories of its group:
+        R(τ) = Σ_t r_t,    A_E(τ) = (R(τ) − mean_g R) / F
+    Step level, over the step group S of rows of the same group whose anchor state s̃ matches:
+        G_t = r_t + γ·G_{t+1} (within τ),    A_S(t) = (G_t − mean_S G) / F
+    Combined:
+        A(t) = A_E(τ) + ω·A_S(t)
+
+    F = unbiased std + eps with scale="group" ("w/ std"), F = 1 with scale="none" ("w/o std").
+    A group of one trajectory gets A_E = 0; a step group of one row gets A_S = 0. A trajectory that
+    revisits s̃ puts several rows in its step group. With no repeated anchors every A_S is 0 and GiGPO
+    is GRPO over trajectories.
+
+    Inputs: one entry per row: step_rewards [N] (r_t), anchors (the raw observation the action
+    answered, hashable; strings for similarity mode), group_ids, traj_ids; rows of one trajectory in
+    time order. Returns A [N]. See `step_group_ids` for `similarity`.
+    """
+    group_ids, traj_ids = list(group_ids), list(traj_ids)
+    rewards = _as_float_tensor(step_rewards)
+    if not len(rewards) == len(anchors) == len(group_ids) == len(traj_ids):
+        raise ValueError("step_rewards, anchors, group_ids and traj_ids need one entry per row each")
+
+    # episode level: one R per trajectory, keyed by (group, traj) so trajectory ids may repeat across groups
+    traj_rows = _rows_by_key(list(zip(group_ids, traj_ids)))
+    episode_returns = torch.stack([rewards[rows].sum() for rows in traj_rows.values()])
+    episode_adv = _normalise_in_groups(episode_returns, [g for g, _ in traj_rows], scale=scale, eps=eps)
+    advantages = torch.zeros_like(rewards)
+    for adv, rows in zip(episode_adv, traj_rows.values()):
+        advantages[rows] = adv
+
+    # step level: discounted returns compared within anchor-state step groups
+    step_returns = discounted_returns(rewards, list(zip(group_ids, traj_ids)), gamma=gamma)
+    step_groups = step_group_ids(anchors, group_ids, similarity=similarity)
+    step_adv = _normalise_in_groups(step_returns, step_groups, scale=scale, eps=eps)
+    return advantages + omega * step_adv
+
+
+# ---------------------------------------------------------------------------------------------------------
+# turn-level rewards (process rewards, turn judges)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def turn_advantages(
+    turn_rewards: Sequence[float] | torch.Tensor,
+    outcome_rewards: Sequence[float] | torch.Tensor,
+    group_ids: Sequence[Hashable],
+    traj_ids: Sequence[Hashable],
+    *,
+    weight: float = 0.5,
+    gamma: float = 1.0,
+    scale: str = "group",
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Outcome advantage plus a turn-level advantage from per-turn rewards, one per turn (row).
+
+        A(τ, t) = A_O(τ) + weight · A_T(τ, t)
+
+        A_O(τ)    = outcome_advantages over the trajectories of τ's group (the verifier's R(τ))
+        G_t       = Σ_{k≥t} γ^{k−t} r_k, the discounted sum of τ's turn rewards from turn t on
+        A_T(τ, t) = (G_t − mean G) / (std G + eps) over the rows of the same group AND the same turn
+                    index t
+
+    Why this rule: A_O keeps the verifier in charge (a turn judge alone can be gamed, notebook 07), and
+    A_T adds a dense signal that says which turns did better than the other rollouts of the task did
+    at the same point of the episode. Comparing at the same turn index (GiGPO's step groups with the
+    turn index as the anchor) keeps the comparison fair: with γ = 1 an early turn sums more future
+    rewards than a late one, so pooling all turns would credit earliness, not quality. A turn index
+    reached by only one rollout of the group gets A_T = 0. weight = 0 gives plain outcome credit.
+
+    Inputs, one entry per turn row: turn_rewards [N] (r_t from any callable that scores a turn),
+    outcome_rewards [N] (R(τ), the same on every row of τ), group_ids, traj_ids; rows of one
+    trajectory in time order. Returns A [N].
+    """
+    group_ids, traj_ids = list(group_ids), list(traj_ids)
+    turn_rewards, outcome_rewards = _as_float_tensor(turn_rewards), _as_float_tensor(outcome_rewards)
+    if not len(turn_rewards) == len(outcome_rewards) == len(group_ids) == len(traj_ids):
+        raise ValueError("turn_rewards, outcome_rewards, group_ids and traj_ids need one entry per row each")
+
+    traj_keys = list(zip(group_ids, traj_ids))
+    traj_rows = _rows_by_key(traj_keys)
+    first_rows = [rows[0] for rows in traj_rows.values()]
+    outcome_adv = outcome_advantages(
+        outcome_rewards[first_rows], [g for g, _ in traj_rows], scale=scale, eps=eps
+    )
+    advantages = torch.zeros_like(turn_rewards)
+    turn_index = [0] * len(turn_rewards)
+    for adv, rows in zip(outcome_adv, traj_rows.values()):
+        advantages[rows] = adv
+        for t, i in enumerate(rows):
+            turn_index[i] = t
+
+    returns = discounted_returns(turn_rewards, traj_keys, gamma=gamma)
+    turn_adv = _normalise_in_groups(returns, list(zip(group_ids, turn_index)), scale=scale, eps=eps)
+    return advantages + weight * turn_adv
+
+
+def broadcast_to_tokens(
+    turn_advantages_per_row: torch.Tensor, turn_index_per_token: torch.Tensor
+) -> torch.Tensor:
+    """Per-token advantages from per-turn ones: out[..., j] = A[..., turn_index[j]], and 0 where
+    turn_index is −1 (prompt, tool output, padding: tokens the model did not choose).
+
+    Shapes: A [K] with turn_index [T] -> [T] (one trajectory), or A [B, K] with turn_index [B, T] -> [B, T].
+    """
+    turn_index = torch.as_tensor(turn_index_per_token, device=turn_advantages_per_row.device).long()
+    gathered = torch.gather(turn_advantages_per_row, -1, turn_index.clamp(min=0))
+    return torch.where(turn_index >= 0, gathered, torch.zeros_like(gathered))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a critic: value head, GAE over turns, clipped value loss
+# ---------------------------------------------------------------------------------------------------------
+
+
+def gae(
+    rewards: Sequence[float] | torch.Tensor,
+    values: Sequence[float] | torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the turns of one finished trajectory.
+
+        δ_t = r_t + γ·V_{t+1} − V_t          (V after the last turn = 0: the episode is over)
+        A_t = δ_t + γλ·A_{t+1}               = Σ_k (γλ)^k δ_{t+k}
+        returns_t = A_t + V_t                (the critic's regression target)
+
+    λ = 1 gives the Monte Carlo return minus V (unbiased, high variance); λ = 0 the one-step TD error.
+    Shapes: rewards [T], values [T] (one per turn) -> (advantages [T], returns [T]), no gradient.
+    """
+    rewards, values = _as_float_tensor(rewards), _as_float_tensor(values)
+    if len(rewards) != len(values):
+        raise ValueError(f"{len(rewards)} rewards but {len(values)} values; give one of each per turn")
+    advantages = torch.zeros_like(rewards)
+    next_value, next_advantage = 0.0, 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * next_value - values[t]
+        next_advantage = delta + gamma * lam * next_advantage
+        advantages[t] = next_advantage
+        next_value = values[t]
+    return advantages, advantages + values
+
+
+class ValueHead(nn.Module):
+    """V(s_t): a linear layer on the policy's final hidden state, read at the last token of each turn.
+
+    Why on the policy and not a separate critic model: it reuses the features the policy already
+    computes (one forward pass gives log-probs and values), it adds hidden_size + 1 parameters and no
+    activation memory, and the course's 135M model is too small to split into two useful networks.
+    The last action token of a turn has read the whole history up to and including the action, so its
+    hidden state summarises the state the next observation will answer.
+
+    The weights start at zero, so V = 0 at first and the first advantages are plain returns.
+    """
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden_states: torch.Tensor, last_token_index: torch.Tensor) -> torch.Tensor:
+        """hidden_states [B, T, H] (the model's last layer), last_token_index [B, K] (position of the last
+        token of each turn's action; −1 for a padding turn) -> values [B, K] (0 at padding turns)."""
+        index = last_token_index.clamp(min=0)
+        picked = torch.gather(hidden_states, 1, index.unsqueeze(-1).expand(-1, -1, hidden_states.size(-1)))
+        values = self.linear(picked.to(self.linear.weight.dtype)).squeeze(-1)
+        return torch.where(last_token_index >= 0, values, torch.zeros_like(values))
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    *,
+    clip: float = 0.2,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """PPO's clipped value loss.
+
+        V_clip = V_old + clip(V − V_old, −c, c)
+        L_V    = mean[ 0.5 · max((V − R)², (V_clip − R)²) ]
+
+    The max takes the worse of the two errors, so a step cannot gain by moving V more than c away from
+    the value that produced the advantages. Shapes: values, old_values, returns (and optional mask, 1 =
+    a real turn) of one shape -> scalar. old_values and returns carry no gradient.
+    """
+    old_values, returns = old_values.detach(), returns.detach()
+    clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    per_turn = 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
+    return per_turn.mean() if mask is None else masked_mean(per_turn, mask)

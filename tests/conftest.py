@@ -1,0 +1,22 @@
+"""Shared fixtures: the real embedded model, loaded once per test session (no mocks of it)."""
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("COURSE_FAST", "1")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def policy():
+    from course_lib.models import load_policy
+
+    model, tokenizer = load_policy("smollm2-135m", device="cpu")
+    return model, tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer(policy):
+    return policy[1]

@@ -1,0 +1,134 @@
+"""Rollouts of the real embedded model: the loss mask is exact, token-in/token-out, batched = sequential."""
+
+import copy
+
+import pytest
+import torch
+
+from course_lib.envs import load_tasks
+from course_lib.losses import token_logprobs
+from course_lib.rollout import expert_rollout, rollout
+from course_lib.trajectory import TemplatePrefixError, TrajectoryBuilder, render
+
+TASKS = load_tasks("lookup", "test")[:3]
+
+
+@pytest.fixture(scope="module")
+def sampled(policy):
+    model, tok = policy
+    # The tiny base model rarely calls the tool, so add expert-style context by running several turns.
+    return rollout(model, tok, "lookup", TASKS, group_size=2, max_turns=3, max_new_tokens=40,
+                   temperature=1.0, seed=7, progress=False)
+
+
+def _trajs(groups):
+    return [t for g in groups for t in g]
+
+
+def _spans(mask):
+    """[(start, end, value)] runs of equal mask values."""
+    out, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            out.append((start, i, mask[start]))
+            start = i
+    return out
+
+
+def test_a_mask_is_one_exactly_on_sampled_tokens(sampled, policy):
+    model, tok = policy
+    for traj in _trajs(sampled):
+        rebuilt, mask = list(traj.prompt_ids), [0] * len(traj.prompt_ids)
+        for step in traj.steps:
+            rebuilt += step.action_ids
+            mask += [1] * len(step.action_ids)
+            rebuilt += step.observation_ids
+            mask += [0] * len(step.observation_ids)
+        closing = len(traj.token_ids) - len(rebuilt)
+        assert closing >= 0 and traj.token_ids[:len(rebuilt)] == rebuilt
+        assert traj.loss_mask == mask + [0] * closing
+        assert len(traj.token_ids) == len(traj.loss_mask) == len(traj.logprobs) == len(traj.turn_index)
+        # The stored log-probs are what the model gives those tokens in that context: they were sampled there.
+        ids = torch.tensor([traj.token_ids])
+        with torch.no_grad():
+            recomputed = token_logprobs(model(ids).logits, ids)[0]
+        m = torch.tensor(traj.loss_mask, dtype=torch.bool)
+        stored = torch.tensor(traj.logprobs)
+        assert torch.allclose(recomputed[m], stored[m], atol=2e-3), (recomputed[m] - stored[m]).abs().max()
+        assert (stored[~m] == 0).all()
+
+
+def test_b_decoded_tokens_equal_the_chat_template_rendering(sampled, policy):
+    _, tok = policy
+    for traj in _trajs(sampled):
+        assert tok.decode(traj.token_ids, skip_special_tokens=False) == render(tok, traj.messages)
+
+
+def test_c_no_observation_text_inside_a_masked_in_span(sampled, policy):
+    _, tok = policy
+    checked = 0
+    for traj in _trajs(sampled):
+        model_text = [tok.decode(traj.token_ids[a:b]) for a, b, v in _spans(traj.loss_mask) if v == 1]
+        env_text = "".join(tok.decode(traj.token_ids[a:b]) for a, b, v in _spans(traj.loss_mask) if v == 0)
+        for step in traj.steps:
+            if step.observation_ids:
+                obs = step.observation_text
+                assert obs in env_text
+                assert all(obs not in span for span in model_text)
+                checked += 1
+    assert checked > 0
+
+
+def test_d_batched_greedy_equals_one_episode_at_a_time(policy):
+    model, tok = policy
+    kwargs = dict(group_size=1, max_turns=2, max_new_tokens=32, temperature=0.0, seed=0, progress=False)
+    batched = _trajs(rollout(model, tok, "lookup", TASKS, **kwargs))
+    single = [t for task in TASKS for t in _trajs(rollout(model, tok, "lookup", [task], **kwargs))]
+    assert [[s.action_ids for s in t.steps] for t in batched] == [[s.action_ids for s in t.steps] for t in single]
+
+
+def test_e_same_seed_same_trajectories(policy):
+    model, tok = policy
+    kwargs = dict(group_size=2, max_turns=2, max_new_tokens=24, temperature=1.0, progress=False)
+    a = _trajs(rollout(model, tok, "lookup", TASKS[:2], seed=3, **kwargs))
+    b = _trajs(rollout(model, tok, "lookup", TASKS[:2], seed=3, **kwargs))
+    c = _trajs(rollout(model, tok, "lookup", TASKS[:2], seed=4, **kwargs))
+    assert [t.token_ids for t in a] == [t.token_ids for t in b]
+    assert [t.logprobs for t in a] == [t.logprobs for t in b]
+    assert [t.token_ids for t in a] != [t.token_ids for t in c]
+
+
+def test_truncated_turn_is_marked_and_closed_without_training_the_closing(policy):
+    model, tok = policy
+    traj = _trajs(rollout(model, tok, "lookup", TASKS[:1], group_size=1, max_turns=1, max_new_tokens=3,
+                          temperature=1.0, seed=1, progress=False))[0]
+    step = traj.steps[0]
+    assert step.truncated and len(step.action_ids) == 3
+    assert traj.loss_mask[-1] == 0  # the template's closing <|im_end|> was not sampled
+    assert tok.decode(traj.token_ids) == render(tok, traj.messages)
+
+
+def test_expert_demonstrations_solve_and_mask_only_actions(tokenizer):
+    demos = expert_rollout(tokenizer, "lookup", TASKS)
+    assert all(d.reward == 1.0 for d in demos)
+    for d in demos:
+        masked_in = tokenizer.decode([t for t, m in zip(d.token_ids, d.loss_mask) if m])
+        assert "<tool_call>" in masked_in and "stationed in" not in masked_in
+        assert tokenizer.decode(d.token_ids) == render(tokenizer, d.messages)
+
+
+def test_template_that_rewrites_history_fails_loudly(tokenizer):
+    tok = copy.deepcopy(tokenizer)
+    # A template that hides earlier assistant turns (as some reasoning templates strip <think>).
+    tok.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'assistant' and not loop.last %}"
+        "{{ '<|im_start|>assistant\\n[hidden]<|im_end|>\\n' }}{% else %}"
+        "{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    b = TrajectoryBuilder(tok, [{"role": "user", "content": "hi"}], task_id="t", group_id="g", traj_id="0",
+                          end_of_turn_id=tok.convert_tokens_to_ids("<|im_end|>"))
+    ids = tok("<answer>x</answer>", add_special_tokens=False)["input_ids"]
+    b.add_action(ids, [0.0] * len(ids))
+    with pytest.raises(TemplatePrefixError, match="prefix property"):
+        b.add_observation("first result")

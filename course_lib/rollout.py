@@ -94,7 +94,8 @@ def generate_turn(model, tokenizer, contexts: list[list[int]], *, max_new_tokens
     with autocast_context(model.device, getattr(model, "course_autocast", None)):
         out = model.generate(
             input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
-            do_sample=not greedy, temperature=None if greedy else temperature, top_k=0, top_p=1.0,
+            # Sampling from the full distribution (no top-k/top-p), so the stored log-probs are exact.
+            **({"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}),
             eos_token_id=eot, pad_token_id=tokenizer.pad_token_id, stop_strings=STOP_STRINGS,
             tokenizer=tokenizer, return_dict_in_generate=True, output_logits=True,
         )

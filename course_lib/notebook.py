@@ -1,0 +1,84 @@
+"""What every notebook does in its first cells: report the mode, the hardware and the seed.
+
+Kept here so the forty-odd notebook cells that need it stay one line long.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+
+import numpy as np
+import torch
+
+from course_lib import fast_mode
+from course_lib.models import pick_device, pick_dtype
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def course_setup(seed: int = 0, threads: int | None = None) -> dict:
+    """Seed everything, pick the device, print one line a learner can quote when asking for help."""
+    seed_everything(seed)
+    if threads is None:
+        threads = min(os.cpu_count() or 1, 8)
+    torch.set_num_threads(threads)
+    device = pick_device()
+    weight_dtype, autocast = pick_dtype(device)
+    gpu = torch.cuda.get_device_name(0) if device.type == "cuda" else None
+    info = {
+        "mode": "FAST (COURSE_FAST=1)" if fast_mode() else "full",
+        "device": gpu or f"cpu ({threads} threads, {platform.machine()})",
+        "dtype": f"{str(weight_dtype).removeprefix('torch.')}" + (f" + {str(autocast).removeprefix('torch.')} autocast" if autocast else ""),
+        "torch": torch.__version__,
+        "seed": seed,
+    }
+    print(" | ".join(f"{k}: {v}" for k, v in info.items()))
+    return info
+
+
+def pick(fast, full):
+    """`fast` under COURSE_FAST=1, else `full`: the one place where a notebook's sizes differ."""
+    return fast if fast_mode() else full
+
+
+def strip_widget_state(path: str) -> None:
+    """Remove ipywidgets state from a notebook (it breaks GitHub's renderer and nbval diffs)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            data.pop("application/vnd.jupyter.widget-view+json", None)
+    nbformat.write(nb, path)
+
+
+def run_notebook(path: str, timeout: int = 1800) -> None:
+    """Execute a notebook in place in fast mode (the committed outputs come from this), then clean it."""
+    import time
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    os.environ.setdefault("COURSE_FAST", "1")
+    nb = nbformat.read(path, as_version=4)
+    t0 = time.time()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}}).execute()
+    nbformat.write(nb, path)
+    strip_widget_state(path)
+    print(f"{path}: executed in {time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    import sys
+
+    for p in sys.argv[1:]:
+        run_notebook(p)

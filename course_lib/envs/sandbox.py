@@ -1,0 +1,481 @@
+"""Run an untrusted command in a throwaway directory, with limits.
+
+Every command a model writes runs through :func:`run_sandboxed`. Two layers keep it from doing harm:
+
+1. **Resource limits, always.** CPU seconds, address space, file size and core dumps are set with
+   ``setrlimit`` in the child before it starts; the number of processes is capped with
+   ``RLIMIT_NPROC``; a wall clock stops the command; output is read in chunks and cut at
+   ``output_bytes``. The command runs in its own session, and when it ends (or is stopped) every
+   process it started is killed: nothing is left running in the background.
+2. **Namespaces, where bubblewrap (``bwrap``) works.** The command gets its own mount, PID, IPC, UTS
+   and network namespaces. Inside, the filesystem is built from scratch::
+
+       /workspace            the episode directory, read-write; the working directory and $HOME
+       /usr /etc /bin /lib*  the host's system, read-only
+       <python prefixes>     the running interpreter and its virtual environment, read-only, at
+                             their host paths, so `sys.executable` (and pandas) work inside
+       /tmp                  a small private tmpfs
+       /proc /dev            the sandbox's own
+
+   Nothing else of the host exists in there: not /root, /home or /work, nor the directory of any
+   other episode. The episode directory always appears at the same path, /workspace, so the same
+   state gives the same observation in every episode (GiGPO's anchor states recur).
+
+Who runs the command. ``RLIMIT_NPROC`` counts processes per user and does not apply to root, so a
+fork bomb run by root is only stopped by the clock. When we are root we therefore let bwrap set up
+the sandbox as root and then switch to a fresh user id, unused by anything else, with no
+capabilities (``setpriv``); inside it is named ``agent``. The episode directory is handed to that
+user before each command, so the agent owns its files and may chmod them: a file it must not change
+goes in ``ro_binds``. When we are not root, bwrap runs unprivileged in its own user namespace. In
+both cases the process limit is set inside the sandbox (``prlimit``), so it counts the processes of
+this one command only, not those of other episodes running at the same time.
+
+Where bwrap is missing or does not run, commands run with the limits only (a warning says so once):
+they can then read and write whatever the calling user can, reach the network, and signal the
+caller's processes.
+
+Not contained, as there are no cgroups: memory and CPU summed over several processes (each one is
+limited), and the disk space of many files each below the file size limit; the wall clock bounds both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import os
+import resource
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Where the episode directory appears inside the sandbox (bwrap only).
+WORKSPACE = "/workspace"
+# The host's system directories, bound read-only (or recreated as the same symlinks).
+_SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Fresh user ids for sandboxed commands when we are root; far above any real account.
+_UID_BASE = 1_000_000_000
+_MARKER = "COURSE_SANDBOX_RUN"  # env var that tags every process of one run (limits-only mode)
+
+
+@dataclass
+class Limits:
+    """Resource limits of one sandboxed command."""
+
+    cpu_seconds: int = 5  # CPU time per process (RLIMIT_CPU)
+    memory_mb: int = 512  # address space per process (RLIMIT_AS)
+    max_processes: int = 64  # processes and threads at once (RLIMIT_NPROC)
+    file_size_mb: int = 16  # largest file a process may write (RLIMIT_FSIZE)
+    wall_seconds: float = 10.0  # wall-clock time of the whole command
+    output_bytes: int = 16_000  # stdout+stderr kept; the command is stopped past this
+
+
+@dataclass
+class SandboxResult:
+    """What a sandboxed command did."""
+
+    output: str  # stdout+stderr interleaved, decoded UTF-8 with errors="replace", capped at output_bytes
+    returncode: int  # as a shell reports it: 128+N for a process killed by signal N
+    timed_out: bool  # stopped at the wall-clock limit
+    truncated: bool  # output went past output_bytes; the rest was dropped and the command stopped
+    limits: Limits = field(default_factory=Limits, repr=False)  # the limits it ran under (for the notes)
+
+    def text(self) -> str:
+        """The observation a model sees: the output, then one short note on how the command ended."""
+        limits = self.limits
+        if self.truncated:
+            note = f"[output cut at {limits.output_bytes} bytes; the command was stopped]"
+        elif self.timed_out:
+            note = f"[stopped: wall-clock limit of {limits.wall_seconds:g} s]"
+        else:
+            note = f"[exit code {self.returncode}]"
+            reason = {
+                128 + signal.SIGXCPU: f"CPU time limit of {limits.cpu_seconds} s",
+                128 + signal.SIGXFSZ: f"file size limit of {limits.file_size_mb} MB",
+                128 + signal.SIGKILL: "killed",
+            }.get(self.returncode)
+            if reason:
+                note = f"[exit code {self.returncode}: {reason}]"
+        if not self.output:
+            return note
+        return self.output + ("" if self.output.endswith("\n") else "\n") + note
+
+
+# ----- workdirs ----------------------------------------------------------------------------------
+
+
+def make_workdir(prefix: str = "episode-") -> Path:
+    """A fresh, empty, private directory for one episode. The caller removes it (`remove_workdir`)."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def remove_workdir(path: str | Path) -> None:
+    """`rm -rf path`, also when the agent took away its own permissions. Never follows symlinks."""
+    path = Path(path)
+    if path.is_symlink():
+        path.unlink()
+        return
+    if not path.exists():
+        return
+    # A directory without r/x cannot be emptied: give every directory back to its owner first.
+    # Symlinks are skipped, since chmod would follow them to a file outside the directory.
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)
+    for root, dirs, _ in os.walk(path):
+        for name in dirs:
+            sub = os.path.join(root, name)
+            if not os.path.islink(sub):
+                with contextlib.suppress(OSError):
+                    os.chmod(sub, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
+    if path.exists():  # something we could not remove: say so rather than leak silently
+        shutil.rmtree(path)
+
+
+# ----- is bubblewrap usable here? ----------------------------------------------------------------
+
+
+@functools.cache
+def bwrap_available() -> bool:
+    """True if `bwrap` exists and actually starts a sandbox here (cached for the process)."""
+    if shutil.which("bwrap") is None or shutil.which("prlimit") is None:
+        return False
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return False
+    probe = make_workdir("bwrap-probe-")
+    try:
+        uid = _fresh_uid() if os.geteuid() == 0 else None
+        if uid is not None:
+            _hand_over(probe, uid)
+        argv, fds = _bwrap_argv(probe, Limits(), (), network=False, uid=uid)
+        try:
+            result = subprocess.run(argv + ["true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
+                                    env=_default_env(WORKSPACE), pass_fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return result.returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        remove_workdir(probe)
+
+
+_warned_limits_only = False
+
+
+def _warn_limits_only() -> None:
+    global _warned_limits_only
+    if _warned_limits_only:
+        return
+    _warned_limits_only = True
+    message = ("bubblewrap (bwrap) is not available or does not run here, so sandboxed commands run with "
+               "resource limits only: they can read and write the files you can, and reach the network. "
+               "Install bubblewrap (apt-get install bubblewrap) for full isolation.")
+    if os.geteuid() == 0:
+        message += " Running as root, the process limit (fork bombs) is enforced only by the wall clock."
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+# ----- building the command ----------------------------------------------------------------------
+
+
+_run_counter = itertools.count()
+
+
+def _fresh_uid() -> int:
+    """A user id that no other process uses, so RLIMIT_NPROC counts this run's processes only.
+
+    Unique among concurrent runs: the pid separates processes, the counter the runs of one process
+    (up to 64 at once).
+    """
+    return _UID_BASE + (os.getpid() % 4_194_304) * 64 + next(_run_counter) % 64
+
+
+def _hand_over(workdir: Path, uid: int) -> None:
+    """Make the sandbox user the owner of everything in the episode directory (root only)."""
+    os.lchown(workdir, uid, uid)
+    for root, dirs, files in os.walk(workdir):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, uid)  # lchown: never follow the agent's symlinks
+
+
+def _python_prefixes() -> list[str]:
+    """Host directories that make this Python work inside: the venv and the interpreter it links to."""
+    real_prefix = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
+    candidates = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, real_prefix}
+    prefixes: list[str] = []
+    for path in sorted(os.path.realpath(p) for p in candidates):
+        if any(path == d or path.startswith(d + "/") for d in (*_SYSTEM_DIRS, *prefixes)):
+            continue  # already visible through a system dir or a shorter prefix
+        prefixes.append(path)
+    return prefixes
+
+
+@functools.cache
+def _tmpfs_size_supported() -> bool:
+    # `--size` appeared in bubblewrap 0.7; older versions still sandbox fine without it.
+    try:
+        return "--size" in subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _bwrap_argv(workdir: Path, limits: Limits, ro_binds: Sequence[str | Path], *, network: bool,
+                uid: int | None) -> tuple[list[str], list[int]]:
+    """The bwrap command line that runs a command inside the sandbox (append the command to it).
+
+    Also returns the file descriptors bwrap reads from: pass them to the child, then close them.
+    """
+    argv = ["bwrap", "--die-with-parent", "--new-session",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not network:
+        argv.append("--unshare-net")
+    if uid is None:
+        # Not root: bwrap needs a user namespace to do anything. As root we skip it on purpose, since
+        # there every uid inside maps to root outside, where RLIMIT_NPROC does not apply.
+        argv.append("--unshare-user-try")
+
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if _tmpfs_size_supported():
+        argv += ["--size", str(4 * limits.file_size_mb * 2**20)]  # /tmp lives in memory: bound it
+    argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+
+    made: set[str] = set()
+    for prefix in _python_prefixes():
+        argv += _parent_dirs(prefix, made) + ["--ro-bind", prefix, prefix]
+
+    argv += ["--bind", str(workdir), WORKSPACE]
+    for path in ro_binds:
+        source = Path(path).resolve()
+        if source.is_relative_to(workdir):  # a file of the episode the agent may read but not change
+            argv += ["--ro-bind", str(source), str(WORKSPACE / source.relative_to(workdir))]
+        else:
+            argv += _parent_dirs(str(source), made) + ["--ro-bind", str(source), str(source)]
+    argv += ["--chdir", WORKSPACE]
+
+    fds: list[int] = []
+    if uid is not None:
+        # Name the fresh uid "agent", so `ls -l` and `whoami` read the same in every run and episode.
+        for path, entry in (("/etc/passwd", f"agent:x:{uid}:{uid}:agent:{WORKSPACE}:/bin/bash\n"),
+                            ("/etc/group", f"agent:x:{uid}:\n")):
+            fd = os.memfd_create(os.path.basename(path))
+            os.write(fd, Path(path).read_bytes() + entry.encode())
+            os.lseek(fd, 0, os.SEEK_SET)
+            fds.append(fd)
+            argv += ["--perms", "0644", "--ro-bind-data", str(fd), path]
+        # Drop root for good: fresh uid, no groups, no capabilities.
+        argv += [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--"]
+    # Set inside, after the uid switch and namespaces, so it counts this command's processes only.
+    argv += [shutil.which("prlimit") or "prlimit", f"--nproc={limits.max_processes}", "--"]
+    return argv, fds
+
+
+def _parent_dirs(path: str, made: set[str]) -> list[str]:
+    """`--dir` for each missing parent of `path`, world-readable (bwrap would create them 0700)."""
+    argv: list[str] = []
+    parent = os.path.dirname(path)
+    parents = []
+    while parent not in ("/", ""):
+        parents.append(parent)
+        parent = os.path.dirname(parent)
+    for directory in reversed(parents):
+        if directory not in made:
+            made.add(directory)
+            argv += ["--perms", "0755", "--dir", directory]
+    return argv
+
+
+def _default_env(home: str) -> dict[str, str]:
+    python_bin = os.path.dirname(sys.executable)  # the venv's bin first: `python` is this Python
+    return {
+        "PATH": f"{python_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "PYTHONUNBUFFERED": "1",  # so a traceback lands in the output where it happened
+        "PYTHONDONTWRITEBYTECODE": "1",  # no __pycache__ litter in the episode directory
+        # Each BLAS/OpenMP thread reserves address space, which RLIMIT_AS counts.
+        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+    }
+
+
+# ----- limits, run and read -----------------------------------------------------------------------
+
+
+def _set_limits(limits: Limits, max_processes: int | None) -> Callable[[], None]:
+    """The function the child runs before `exec`: set the resource limits."""
+    mb = 2**20
+
+    def apply() -> None:
+        # The soft CPU limit sends SIGXCPU (a clear reason); the hard one, a second later, SIGKILL.
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb * mb, limits.memory_mb * mb))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_mb * mb, limits.file_size_mb * mb))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if max_processes is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+
+    return apply
+
+
+def _processes_of_this_user() -> int:
+    uid = os.getuid()
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                count += os.stat(f"/proc/{name}").st_uid == uid
+    return count
+
+
+def _stop(proc: subprocess.Popen, sandboxed: bool, token: str) -> None:
+    """Kill everything the command started (it may have finished already)."""
+    if sandboxed:
+        # bwrap's child is the init of the sandbox's PID namespace. When it dies the kernel kills
+        # every process in the namespace, and bwrap exits only after that: once bwrap is gone,
+        # nothing of the command is left.
+        with contextlib.suppress(OSError):
+            for pid in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split():
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while not _has_exited(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the command's process group (Popen made it a session)
+    if not sandboxed:
+        _kill_marked(token)
+
+
+def _kill_marked(token: str) -> None:
+    """Kill every process whose environment carries this run's marker (limits-only mode).
+
+    Catches what escaped the process group with `setsid` or `nohup` but kept its environment.
+    """
+    needle = f"{_MARKER}={token}".encode()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if needle in f.read():
+                        os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                continue
+
+
+def _has_exited(pid: int) -> bool:
+    # WNOWAIT: look without reaping, so the pid (= the process group id) cannot be reused before
+    # we kill the group.
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _read_bounded(proc: subprocess.Popen, limits: Limits, cleanup: Callable[[], None]) -> tuple[bytes, bool, bool]:
+    """Read the command's output until it ends, up to `output_bytes` and `wall_seconds`.
+
+    Returns (output, timed_out, truncated). Never holds more than `output_bytes` (+ one chunk).
+    """
+    deadline = time.monotonic() + limits.wall_seconds
+    output = bytearray()
+    timed_out = truncated = False
+    finished_at: float | None = None
+    fd = proc.stdout.fileno()
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = finished_at is None
+                break
+            if finished_at is None and _has_exited(proc.pid):
+                finished_at = now
+                cleanup()  # background processes of a finished command must not outlive it
+            if finished_at is not None and now - finished_at > 1.0:
+                break  # the command is over; something we could not kill still holds the pipe
+            if not selector.select(timeout=min(0.05, deadline - now)):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            output += chunk
+            if len(output) > limits.output_bytes:
+                del output[limits.output_bytes:]
+                truncated = True
+                break
+    return bytes(output), timed_out, truncated
+
+
+def run_sandboxed(argv: list[str], workdir: str | Path, *,
+                  limits: Limits = Limits(),  # noqa: B008 (read, never mutated)
+                  stdin: str | None = None, env: dict[str, str] | None = None, ro_binds: Sequence[str | Path] = (),
+                  network: bool = False) -> SandboxResult:
+    """Run `argv` in `workdir` under `limits`; see the module docstring for the sandbox.
+
+    With bwrap the command sees `workdir` as /workspace (its working directory); without, it runs
+    in `workdir` itself. `env` is added to a small default environment (PATH, HOME, LANG).
+    `ro_binds` are host paths made visible read-only: inside `workdir` at their place under
+    /workspace, elsewhere at their own path (bwrap only). Never raises because of what the command
+    does: every failure comes back in the result.
+    """
+    if not argv:
+        raise ValueError("argv is empty; pass the command as a list, e.g. ['bash', '-c', 'ls']")
+    workdir = Path(workdir).resolve()
+    if not workdir.is_dir():
+        raise FileNotFoundError(f"workdir {workdir} does not exist; create it with make_workdir()")
+
+    sandboxed = bwrap_available()
+    token = secrets.token_hex(8)
+    if sandboxed:
+        uid = _fresh_uid() if os.geteuid() == 0 else None
+        if uid is not None:
+            _hand_over(workdir, uid)
+        prefix, fds = _bwrap_argv(workdir, limits, ro_binds, network=network, uid=uid)
+        command = prefix + list(argv)
+        full_env = _default_env(WORKSPACE) | (env or {})
+        # The process limit is set inside the sandbox (prlimit), see _bwrap_argv.
+        preexec = _set_limits(limits, max_processes=None)
+    else:
+        _warn_limits_only()
+        command, fds = list(argv), []
+        full_env = _default_env(str(workdir)) | (env or {}) | {_MARKER: token}
+        # RLIMIT_NPROC counts all processes of the user, so allow the ones already running.
+        preexec = _set_limits(limits, max_processes=limits.max_processes + _processes_of_this_user())
+
+    with tempfile.TemporaryFile() as stdin_file:
+        # From a file, not a pipe: a command that never reads its input cannot block us.
+        stdin_file.write((stdin or "").encode())
+        stdin_file.seek(0)
+        try:
+            proc = subprocess.Popen(command, cwd=workdir, env=full_env, stdin=stdin_file, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
+                                    pass_fds=fds)
+        except OSError as exc:  # e.g. the program does not exist (limits-only mode)
+            return SandboxResult(f"{argv[0]}: {exc.strerror}\n", 127, False, False, limits)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+        try:
+            raw, timed_out, truncated = _read_bounded(proc, limits, lambda: _stop(proc, sandboxed, token))
+        finally:
+            _stop(proc, sandboxed, token)
+            proc.stdout.close()
+            returncode = proc.wait()
+    if returncode < 0:  # killed by a signal: report it the way a shell would
+        returncode = 128 - returncode
+    return SandboxResult(raw.decode("utf-8", errors="replace"), returncode, timed_out, truncated, limits)

@@ -1,0 +1,555 @@
+"""Looking at trajectories, credit and learning curves (notebooks 03 to 11).
+
+    mask_html, show_mask, mask_text   the loss mask of one trajectory, token by token (notebook 03)
+    TrajectoryViewer, show_trajectory a turn-by-turn viewer: slider over turns, dropdown over trajectories
+    credit_table, credit_explorer     per-turn advantages under outcome / GiGPO / turn / critic credit
+    plot_learning_curves, plot_histogram, bar_with_ci, METHOD_COLORS   plots with shared colours
+
+Every interactive view has a static HTML fallback: the widget's display bundle also carries a
+`text/html` rendering of everything, so a notebook read on GitHub, or run headless by nbval, still
+shows the content, and a kernel without `ipywidgets` gets the static view instead of an error.
+HTML is styled inline (no <style> blocks), because notebook viewers strip style sheets.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from course_lib.trajectory import Step, Trajectory, TrajectoryGroup
+
+# ---------------------------------------------------------------------------------------------------------
+# token pieces: what each token of a trajectory looks like as text
+# ---------------------------------------------------------------------------------------------------------
+
+MODEL_COLORS = ("#b6e3ae", "#d5f0cf")  # two greens, alternating so token boundaries stay visible
+PROMPT_STYLE = "color:#6b6b6b;background:#f1f1f1"
+OBSERVATION_STYLE = "color:#5b4b86;background:#ece7f7;font-style:italic"
+SPECIAL_STYLE = "font-weight:bold;font-size:85%;color:#a0306a"
+BOX_STYLE = ("font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;"
+             "line-height:1.55;white-space:pre-wrap;word-break:break-word;border:1px solid #ddd;"
+             "border-radius:4px;padding:6px 8px;background:#fff;color:#222")
+
+
+def _special_name(token: str) -> str:
+    """'<|im_end|>' -> '⟨im_end⟩': special tokens stay visible instead of vanishing or looking like text."""
+    return "⟨" + token.strip("<>|") + "⟩"
+
+
+def token_pieces(token_ids: Sequence[int], tokenizer) -> list[str]:
+    """The text of every token, aligned with `token_ids`; joined they give the decoded sequence.
+
+    Special tokens become ⟨name⟩. A character split over several byte-level tokens is given to the
+    last of them (the earlier ones get ""), so no piece shows a broken '�'.
+    """
+    special = set(getattr(tokenizer, "all_special_ids", []))
+    pieces: list[str] = []
+    start = 0  # first token of the character being assembled
+    for i, tid in enumerate(token_ids):
+        if tid in special:
+            pieces.append(_special_name(tokenizer.convert_ids_to_tokens(int(tid))))
+            start = i + 1
+            continue
+        text = tokenizer.decode(list(token_ids[start:i + 1]), skip_special_tokens=False,
+                                clean_up_tokenization_spaces=False)
+        if text.endswith("\ufffd") and i + 1 < len(token_ids) and i - start < 3:
+            pieces.append("")  # an incomplete UTF-8 character: wait for its next byte
+            continue
+        pieces.append(text)
+        start = i + 1
+    return pieces
+
+
+def _kind(mask: int, turn: int) -> str:
+    return "model" if mask else ("prompt" if turn < 0 else "obs")
+
+
+def _span(piece: str, kind: str, title: str, shade: int, special: bool) -> str:
+    style = {"model": f"background:{MODEL_COLORS[shade % 2]}", "prompt": PROMPT_STYLE,
+             "obs": OBSERVATION_STYLE}[kind]
+    if special:
+        style += ";" + SPECIAL_STYLE
+    return (f'<span class="tok tok-{kind}" title="{html.escape(title)}" style="{style}">'
+            f"{html.escape(piece)}</span>")
+
+
+def _token_spans(trajectory: Trajectory, tokenizer, positions: Sequence[int]) -> str:
+    """Spans for the tokens at `positions` of the trajectory (in order)."""
+    ids = [trajectory.token_ids[j] for j in positions]
+    pieces = token_pieces(ids, tokenizer)
+    special = set(getattr(tokenizer, "all_special_ids", []))
+    out = []
+    for n, (j, piece) in enumerate(zip(positions, pieces)):
+        mask, turn = trajectory.loss_mask[j], trajectory.turn_index[j]
+        title = f"token {j} · id {trajectory.token_ids[j]} · mask {mask} · turn {turn}"
+        if mask:
+            title += f" · logprob {trajectory.logprobs[j]:.3f}"
+        out.append(_span(piece, _kind(mask, turn), title, n, trajectory.token_ids[j] in special))
+    return "".join(out)
+
+
+def _legend() -> str:
+    items = [
+        (f"background:{MODEL_COLORS[0]}", "model token (loss_mask = 1, trained on)"),
+        (PROMPT_STYLE, "prompt (mask 0)"),
+        (OBSERVATION_STYLE, "observation / template (mask 0)"),
+        (SPECIAL_STYLE, "⟨special token⟩"),
+    ]
+    cells = "".join(f'<span style="{s};padding:1px 6px;margin-right:8px;border-radius:3px">{html.escape(t)}</span>'
+                    for s, t in items)
+    return f'<div class="mask-legend" style="font-size:12px;margin:4px 0">{cells}</div>'
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the loss-mask view (notebook 03)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _prompt_end(trajectory: Trajectory) -> int:
+    return next((j for j, t in enumerate(trajectory.turn_index) if t >= 0), len(trajectory.turn_index))
+
+
+def mask_html(trajectory: Trajectory, tokenizer, *, show_prompt: bool = True) -> str:
+    """The trajectory's tokens as HTML: one <span class="tok tok-KIND"> per token, KIND in
+    model / prompt / obs. Model tokens (loss_mask 1) are green, the prompt grey, observations violet
+    and italic; special tokens are shown as ⟨name⟩; hovering a token shows its id, mask, turn and
+    log-prob. `show_prompt=False` folds the prompt into one line (its token count)."""
+    n = len(trajectory.token_ids)
+    start = 0 if show_prompt else _prompt_end(trajectory)
+    folded = "" if show_prompt else (
+        f'<span class="tok-folded" style="{PROMPT_STYLE}">⟨prompt: {start} tokens⟩</span>\n')
+    summary = (f"{html.escape(str(trajectory.traj_id))} · {n} tokens, {sum(trajectory.loss_mask)} trained on "
+               f"· {trajectory.num_turns} turns · reward {trajectory.reward:g}")
+    return (f'<div class="mask-view"><div style="font-size:12px;font-weight:bold">{summary}</div>{_legend()}'
+            f'<div style="{BOX_STYLE}">{folded}{_token_spans(trajectory, tokenizer, range(start, n))}</div></div>')
+
+
+def show_mask(trajectory: Trajectory, tokenizer, *, show_prompt: bool = True) -> None:
+    """Display `mask_html` in a notebook (plain HTML output: renders on GitHub and under nbval)."""
+    from IPython.display import HTML, display
+
+    display(HTML(mask_html(trajectory, tokenizer, show_prompt=show_prompt)))
+
+
+def mask_text(trajectory: Trajectory, tokenizer, *, show_prompt: bool = True) -> str:
+    """The trajectory as plain text with every run of model tokens (loss_mask 1) inside [[ ]].
+
+    Deterministic (for `# NBVAL_CHECK_OUTPUT` cells). Special tokens appear as ⟨name⟩. The text
+    inside each [[ ]] is exactly what the model's tokens decode to; `model_spans` reads them back.
+    """
+    start = 0 if show_prompt else _prompt_end(trajectory)
+    pieces = token_pieces(trajectory.token_ids[start:], tokenizer)
+    out = [] if show_prompt else [f"⟨prompt: {start} tokens⟩\n"]
+    inside = False
+    for piece, mask in zip(pieces, trajectory.loss_mask[start:]):
+        if mask and not inside:
+            out.append("[[")
+        elif not mask and inside:
+            out.append("]]")
+        inside = bool(mask)
+        out.append(piece)
+    if inside:
+        out.append("]]")
+    return "".join(out)
+
+
+def model_spans(text: str) -> list[str]:
+    """The [[ ]] spans of a `mask_text` string, in order (assumes the model wrote no '[[' or ']]')."""
+    spans, rest = [], text
+    while "[[" in rest:
+        rest = rest.split("[[", 1)[1]
+        span, rest = rest.split("]]", 1)
+        spans.append(span)
+    return spans
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the trajectory viewer: one turn at a time
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def turn_html(trajectory: Trajectory, tokenizer, turn: int) -> str:
+    """One turn of a trajectory: header (reward, anchor), the action's tokens, the observation."""
+    if not 0 <= turn < trajectory.num_turns:
+        raise ValueError(f"turn {turn} does not exist; this trajectory has turns 0..{trajectory.num_turns - 1}")
+    step: Step = trajectory.steps[turn]
+    positions = [j for j, t in enumerate(trajectory.turn_index) if t == turn]
+    action = [j for j in positions if trajectory.loss_mask[j]]
+    observation = [j for j in positions if not trajectory.loss_mask[j]]
+    flags = []
+    if step.truncated:
+        flags.append("truncated")
+    if step.info.get("action_kind") == "malformed" or step.observation_text.startswith("Error:"):
+        flags.append("error")
+    header = (f"Turn {turn} of {trajectory.num_turns - 1} · step reward {step.reward:g}"
+              + (f" · trajectory reward {trajectory.reward:g}" if step.done else "")
+              + (f" · {', '.join(flags)}" if flags else ""))
+    anchor = html.escape(_short(step.anchor))
+    observation_label = "closing template tokens: the episode ended" if step.done else "observation"
+    return (f'<div class="turn-view" data-turn="{turn}">'
+            f'<div class="turn-header" style="font-weight:bold;font-size:13px">{html.escape(header)}</div>'
+            f'<div style="font-size:12px;color:#555;margin:2px 0">anchor (state before the action): '
+            f'<code>{anchor}</code></div>'
+            f'<div style="font-size:12px;margin-top:4px">action</div>'
+            f'<div class="turn-action" style="{BOX_STYLE}">{_token_spans(trajectory, tokenizer, action)}</div>'
+            f'<div style="font-size:12px;margin-top:4px">{observation_label} (masked out of the loss)</div>'
+            f'<div class="turn-observation" style="{BOX_STYLE}">'
+            f'{_token_spans(trajectory, tokenizer, observation) or "<i>(none: the episode ended)</i>"}</div>'
+            "</div>")
+
+
+def _trajectory_label(i: int, trajectory: Trajectory) -> str:
+    return f"{i}: {trajectory.traj_id} (R={trajectory.reward:g}, {trajectory.num_turns} turns)"
+
+
+def _bundle(widget: Any, static: str) -> dict[str, str]:
+    """A display bundle with the live widget (JupyterLab) and a static HTML copy (GitHub, nbval, no frontend)."""
+    data = dict(widget._repr_mimebundle_() or {}) if widget is not None else {}
+    data["text/html"] = static
+    return data
+
+
+def _widgets():
+    """ipywidgets, or None where it is not installed (the views then fall back to static HTML)."""
+    try:
+        import ipywidgets
+    except ImportError:
+        return None
+    return ipywidgets
+
+
+class TrajectoryViewer:
+    """Step through trajectories turn by turn: a slider over turns, a dropdown over trajectories.
+
+    `viewer.widget` is the ipywidgets box; `viewer.slider`, `viewer.dropdown` (None for a single
+    trajectory) and `viewer.output` (an HTML widget) are its parts. Displaying the viewer shows the
+    widget where a widget frontend runs and `static_html()` (every turn) everywhere else.
+    """
+
+    def __init__(self, trajectories: Trajectory | Sequence[Trajectory] | TrajectoryGroup, tokenizer):
+        if isinstance(trajectories, Trajectory):
+            trajectories = [trajectories]
+        self.trajectories = list(trajectories)
+        if not self.trajectories or any(t.num_turns == 0 for t in self.trajectories):
+            raise ValueError("TrajectoryViewer needs at least one trajectory, each with at least one turn")
+        self.tokenizer = tokenizer
+        self.widget = self.slider = self.dropdown = self.output = None
+        widgets = _widgets()
+        if widgets is not None:
+            self._build(widgets)
+
+    def _build(self, widgets) -> None:
+        self.slider = widgets.IntSlider(value=0, min=0, max=self.trajectories[0].num_turns - 1,
+                                        description="turn", continuous_update=True)
+        self.output = widgets.HTML(value=self.turn_html(0, 0))
+        parts = [self.slider, self.output]
+        if len(self.trajectories) > 1:
+            self.dropdown = widgets.Dropdown(
+                options=[(_trajectory_label(i, t), i) for i, t in enumerate(self.trajectories)],
+                value=0, description="trajectory", layout=widgets.Layout(width="60%"))
+            self.dropdown.observe(self._on_trajectory, names="value")
+            parts.insert(0, self.dropdown)
+        self.slider.observe(self._refresh, names="value")
+        self.widget = widgets.VBox(parts)
+
+    @property
+    def selected(self) -> int:
+        return self.dropdown.value if self.dropdown is not None else 0
+
+    def _on_trajectory(self, change) -> None:
+        self.slider.value = 0  # before max shrinks, so the old turn never lands out of range
+        self.slider.max = self.trajectories[self.selected].num_turns - 1
+        self._refresh()
+
+    def _refresh(self, change=None) -> None:
+        self.output.value = self.turn_html(self.selected, self.slider.value)
+
+    def turn_html(self, trajectory: int, turn: int) -> str:
+        t = self.trajectories[trajectory]
+        return f'<div style="font-size:12px;color:#555">{html.escape(_trajectory_label(trajectory, t))}</div>' + \
+            turn_html(t, self.tokenizer, turn)
+
+    def static_html(self) -> str:
+        """Every turn of every trajectory, one after another: the view without a widget frontend."""
+        blocks = []
+        for i, t in enumerate(self.trajectories):
+            turns = "".join(turn_html(t, self.tokenizer, k) for k in range(t.num_turns))
+            blocks.append(f'<details open><summary style="font-weight:bold">{html.escape(_trajectory_label(i, t))}'
+                          f'</summary>{turns}</details>')
+        return f'<div class="trajectory-viewer-static">{_legend()}{"".join(blocks)}</div>'
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return _bundle(self.widget, self.static_html())
+
+    def show(self) -> None:
+        from IPython.display import display
+
+        display(self)
+
+
+def show_trajectory(trajectories: Trajectory | Sequence[Trajectory] | TrajectoryGroup, tokenizer,
+                    interactive: bool | None = None) -> TrajectoryViewer | None:
+    """Display trajectories turn by turn. interactive=None: the widget with a static copy for
+    frontends without widgets; False: static HTML only (smallest notebook, same everywhere).
+    Returns the viewer, or None when static."""
+    from IPython.display import HTML, display
+
+    viewer = TrajectoryViewer(trajectories, tokenizer)
+    if interactive is False or viewer.widget is None:
+        display(HTML(viewer.static_html()))
+        return None
+    display(viewer)
+    return viewer
+
+
+# ---------------------------------------------------------------------------------------------------------
+# credit explorer: per-turn advantages under four credit methods (notebooks 05 to 08)
+# ---------------------------------------------------------------------------------------------------------
+
+CREDIT_METHODS = ("outcome", "gigpo", "turn", "critic")
+MALFORMED_PENALTY = -0.1
+
+
+def process_reward(step: Step) -> float:
+    """The default turn reward: −0.1 for a malformed action or a tool error, else 0 (notebook 07)."""
+    malformed = step.info.get("action_kind") == "malformed" or step.observation_text.startswith("Error:")
+    return MALFORMED_PENALTY if malformed else 0.0
+
+
+def _trajectories(groups: TrajectoryGroup | Sequence[TrajectoryGroup] | Sequence[Trajectory]) -> list[Trajectory]:
+    if isinstance(groups, TrajectoryGroup):
+        return list(groups)
+    return [t for g in groups for t in (g if isinstance(g, TrajectoryGroup) else [g])]
+
+
+def credit_table(
+    group: TrajectoryGroup | Sequence[TrajectoryGroup] | Sequence[Trajectory],
+    *,
+    methods: Sequence[str] = CREDIT_METHODS,
+    turn_rewards: Callable[[Step], float] = process_reward,
+    values: Callable[[Trajectory], Sequence[float]] | None = None,
+    gamma: float = 0.95,
+    lam: float = 0.95,
+    omega: float = 1.0,
+    weight: float = 0.5,
+    digits: int = 4,
+):
+    """Per-turn advantages of every trajectory under each credit method, as a pandas DataFrame.
+
+    One row per (trajectory, turn t), index (trajectory, t); columns: action (shortened), reward (the
+    step reward r_t; the last turn carries R(τ)), then one column per method:
+        outcome  A(τ) of `outcome_advantages`, the same on every turn
+        gigpo    `gigpo_advantages` with step rewards r_t, anchors = each step's anchor (γ = gamma, ω = omega)
+        turn     `turn_advantages` with per-turn rewards `turn_rewards(step)` (default `process_reward`:
+                 −0.1 for a malformed action or tool error) mixed with `weight`
+        critic   turn-level `gae`(γ = gamma, λ = lam) on r_t with values V = `values(trajectory)` (one per
+                 turn); without a trained value head V = 0, so A_t is the λ-discounted return
+    Trajectories are grouped by `group_id`. Values are rounded to `digits` (deterministic output).
+    """
+    import pandas as pd
+
+    from course_lib.credit import gae, gigpo_advantages, outcome_advantages, turn_advantages
+
+    unknown = [m for m in methods if m not in CREDIT_METHODS]
+    if unknown:
+        raise ValueError(f"unknown credit method(s) {unknown}; methods are: {', '.join(CREDIT_METHODS)}")
+    trajectories = _trajectories(group)
+    rows = [(t, k, s) for t in trajectories for k, s in enumerate(t.steps)]
+    if not rows:
+        raise ValueError("no turns to score: every trajectory is empty")
+    group_ids = [t.group_id for t, _, _ in rows]
+    traj_ids = [t.traj_id for t, _, _ in rows]
+    step_rewards = [s.reward for _, _, s in rows]
+    columns: dict[str, list] = {"action": [_short(s.action_text, 40) for _, _, s in rows], "reward": step_rewards}
+    for method in methods:
+        if method == "outcome":
+            per_traj = outcome_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories])
+            columns[method] = [float(per_traj[i]) for i, t in enumerate(trajectories) for _ in t.steps]
+        elif method == "gigpo":
+            columns[method] = gigpo_advantages(step_rewards, [s.anchor for _, _, s in rows], group_ids, traj_ids,
+                                               gamma=gamma, omega=omega).tolist()
+        elif method == "turn":
+            columns[method] = turn_advantages([turn_rewards(s) for _, _, s in rows], [t.reward for t, _, _ in rows],
+                                              group_ids, traj_ids, weight=weight).tolist()
+        else:
+            critic = []
+            for t in trajectories:
+                v = list(values(t)) if values is not None else [0.0] * t.num_turns
+                critic += gae([s.reward for s in t.steps], v, gamma=gamma, lam=lam)[0].tolist()
+            columns[method] = critic
+    index = pd.MultiIndex.from_tuples([(t.traj_id, k) for t, k, _ in rows], names=["trajectory", "t"])
+    table = pd.DataFrame(columns, index=index)
+    numeric = ["reward", *methods]
+    table[numeric] = table[numeric].round(digits) + 0.0  # + 0.0 turns -0.0 into 0.0: stable printed output
+    return table
+
+
+def _advantage_color(value: float, scale: float) -> str:
+    """White at 0, green for positive, red for negative advantages."""
+    alpha = min(1.0, abs(value) / scale) * 0.6 if scale > 0 else 0.0
+    rgb = "46,160,67" if value > 0 else "207,34,46"
+    return f"rgba({rgb},{alpha:.2f})"
+
+
+def credit_table_html(table) -> str:
+    """A credit table as HTML with advantages shaded by sign and size (shared scale over methods)."""
+    methods = [c for c in table.columns if c in CREDIT_METHODS]
+    scale = max((abs(v) for m in methods for v in table[m]), default=0.0)
+    head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in ["trajectory", "t", *table.columns])
+    body = []
+    for (traj, t), row in table.iterrows():
+        cells = [html.escape(str(traj)), str(t), f"<code>{html.escape(row['action'])}</code>", f"{row['reward']:g}"]
+        cells += [f"<span style='background:{_advantage_color(row[m], scale)};padding:0 4px'>{row[m]:+.3f}</span>"
+                  for m in methods]
+        body.append("<tr>" + "".join(f"<td style='padding:2px 8px'>{c}</td>" for c in cells) + "</tr>")
+    return (f"<table class='credit-table' style='border-collapse:collapse;font-size:12px'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+class CreditExplorer:
+    """Pick a group, compare the per-turn advantages of its trajectories under each credit method.
+
+    `explorer.widget` (ipywidgets), `explorer.dropdown` (None for one group), `explorer.output` (HTML);
+    `explorer.table(i)` is group i's `credit_table`. The static view shows every group's table.
+    """
+
+    def __init__(self, groups: TrajectoryGroup | Sequence[TrajectoryGroup], tokenizer=None, **table_options):
+        self.groups = [groups] if isinstance(groups, TrajectoryGroup) else list(groups)
+        if not self.groups:
+            raise ValueError("credit_explorer needs at least one TrajectoryGroup")
+        self.tokenizer = tokenizer
+        self.table_options = table_options
+        self.widget = self.dropdown = self.output = None
+        widgets = _widgets()
+        if widgets is None:
+            return
+        self.output = widgets.HTML(value=self.group_html(0))
+        parts = [self.output]
+        if len(self.groups) > 1:
+            self.dropdown = widgets.Dropdown(
+                options=[(f"{i}: {g.group_id} (rewards {', '.join(f'{r:g}' for r in g.rewards)})", i)
+                         for i, g in enumerate(self.groups)], value=0, description="group")
+            self.dropdown.observe(lambda change: setattr(self.output, "value", self.group_html(change["new"])),
+                                  names="value")
+            parts.insert(0, self.dropdown)
+        self.widget = widgets.VBox(parts)
+
+    def table(self, i: int = 0):
+        return credit_table(self.groups[i], **self.table_options)
+
+    def group_html(self, i: int) -> str:
+        """Group i: its advantage table and, given a tokenizer, each trajectory's turns side by side."""
+        group = self.groups[i]
+        out = [f"<div style='font-weight:bold;font-size:13px'>{html.escape(str(group.group_id))}</div>",
+               credit_table_html(self.table(i))]
+        if self.tokenizer is not None:
+            for t in group:
+                turns = "".join(turn_html(t, self.tokenizer, k) for k in range(t.num_turns))
+                out.append(f"<details><summary>{html.escape(str(t.traj_id))} (R={t.reward:g})</summary>"
+                           f"{turns}</details>")
+        return "".join(out)
+
+    def static_html(self) -> str:
+        return "<hr>".join(self.group_html(i) for i in range(len(self.groups)))
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return _bundle(self.widget, self.static_html())
+
+
+def credit_explorer(groups: TrajectoryGroup | Sequence[TrajectoryGroup], tokenizer=None,
+                    methods: Sequence[str] = CREDIT_METHODS, **table_options) -> CreditExplorer:
+    """A dropdown over groups and the per-turn advantage table (see `credit_table` for the methods,
+    `turn_rewards`, `values`, gamma, lam, omega, weight). Display the returned explorer (last line of
+    a cell); without a widget frontend it shows every group's table as static HTML."""
+    return CreditExplorer(groups, tokenizer, methods=methods, **table_options)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# plots: one colour per method, the same in every notebook
+# ---------------------------------------------------------------------------------------------------------
+
+METHOD_COLORS = {
+    "base": "#7f7f7f",  # grey: the model before any training
+    "sft": "#8c564b",  # brown: the supervised warm start
+    "outcome": "#1f77b4",  # blue
+    "gigpo": "#ff7f0e",  # orange
+    "turn": "#2ca02c",  # green
+    "critic": "#9467bd",  # purple
+    "judge": "#d62728",  # red
+    "trl": "#17becf",  # cyan
+}
+_EXTRA_COLORS = ("#e377c2", "#bcbd22", "#393b79", "#637939", "#843c39", "#7b4173")
+FIGURE_DPI = 90
+
+
+def method_color(name: str) -> str:
+    """The colour of a method: METHOD_COLORS by name ("gigpo (ω=0.5)" counts as "gigpo"), else a fixed
+    colour derived from the name, so it does not change between runs or notebooks."""
+    key = name.lower().split(" ")[0].split("(")[0].strip("_-:")
+    if key in METHOD_COLORS:
+        return METHOD_COLORS[key]
+    return _EXTRA_COLORS[sum(map(ord, name)) % len(_EXTRA_COLORS)]
+
+
+def _axes(ax, figsize: tuple[float, float]):
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=figsize, dpi=FIGURE_DPI, layout="constrained")[1]
+
+
+def plot_learning_curves(curves: dict[str, Sequence[tuple[float, float, float, float]]], title: str,
+                         ylabel: str = "held-out success", xlabel: str = "training step", *, ax=None,
+                         figsize: tuple[float, float] = (6.0, 3.6)):
+    """One line per method with its interval shaded: curves = {method: [(step, mean, lo, hi), ...]}.
+
+    Colours come from `method_color`, so "outcome" is blue in notebook 05 and in notebook 08.
+    Returns the matplotlib Axes (end the line with `;` to hide its text repr).
+    """
+    ax = _axes(ax, figsize)
+    for name, points in curves.items():
+        if not points:
+            continue
+        steps, means, los, his = zip(*sorted(points))
+        color = method_color(name)
+        ax.plot(steps, means, marker="o", markersize=3, color=color, label=name)
+        ax.fill_between(steps, los, his, color=color, alpha=0.18, linewidth=0)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(frameon=False)
+    return ax
+
+
+def plot_histogram(values: Sequence[float], title: str, xlabel: str, ylabel: str = "count", *,
+                   method: str | None = None, ax=None, figsize: tuple[float, float] = (5.0, 3.2)):
+    """A histogram; integer values (e.g. GiGPO step-group sizes) get one bar per integer."""
+    import numpy as np
+
+    ax = _axes(ax, figsize)
+    values = np.asarray(list(values), dtype=float)
+    bins: Any = "auto"
+    if len(values) and np.all(values == np.round(values)):
+        bins = np.arange(values.min() - 0.5, values.max() + 1.5)
+    ax.hist(values, bins=bins, color=method_color(method) if method else "#4c72b0", edgecolor="white")
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=0.3, axis="y")
+    return ax
+
+
+def bar_with_ci(labels: Sequence[str], means: Sequence[float], los: Sequence[float], his: Sequence[float],
+                title: str, ylabel: str, *, ax=None, figsize: tuple[float, float] = (5.0, 3.2)):
+    """Bars with asymmetric interval whiskers [lo, hi]; bars named after a method take its colour."""
+    ax = _axes(ax, figsize)
+    errors = [[m - lo for m, lo in zip(means, los)], [hi - m for m, hi in zip(means, his)]]
+    ax.bar(list(labels), list(means), yerr=errors, capsize=4, color=[method_color(str(x)) for x in labels])
+    ax.set(title=title, ylabel=ylabel)
+    ax.grid(alpha=0.3, axis="y")
+    return ax

@@ -23,6 +23,7 @@ ENVIRONMENTS = {
     "terminal": "course_lib.envs.terminal:TerminalEnv",
     "data_analysis": "course_lib.envs.data_analysis:DataAnalysisEnv",
     "gridworld": "course_lib.envs.gridworld:GridWorldEnv",
+    "summarize": "course_lib.envs.summarize:SummarizeEnv",  # no verifier: only a judge can reward it
 }
 
 
@@ -47,6 +48,10 @@ def load_tasks(name: str, split: str = "train", limit: int | None = None) -> lis
         tasks = __import__("course_lib.envs.lookup", fromlist=["make_tasks"]).make_tasks(
             200 if split == "train" else 50, seed=0 if split == "train" else 1)
         return tasks[:limit]
+    if name == "summarize":  # built from search_qa's corpus, no files of its own
+        from course_lib.envs.summarize import make_tasks
+
+        return make_tasks(split, limit)
     base = name.removesuffix("_naive")
     path = data_dir() / base / f"{split}.jsonl"
     if not path.exists():

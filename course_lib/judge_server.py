@@ -1,0 +1,107 @@
+"""A small OpenAI-compatible chat-completions server that answers from a local model.
+
+    python -m course_lib.judge_server --port 8011            # the embedded SmolLM2-135M
+    COURSE_JUDGE_BASE_URL=http://127.0.0.1:8011/v1 ...        # then OpenAIJudge() talks to it
+
+It serves ``POST /v1/chat/completions`` (messages, max_tokens, temperature; no streaming) and
+``GET /v1/models``, enough for the `openai` client, so the course can exercise the same HTTP path a
+real judge (vLLM, Ollama, a hosted API) would take. Requests are answered one at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from course_lib.judge import LocalJudge
+
+
+def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: the notebooks print enough
+            pass
+
+        def _send(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, status: int, message: str) -> None:
+            self._send(status, {"error": {"message": message, "type": "invalid_request_error"}})
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model",
+                                                             "owned_by": "course_lib"}]})
+            else:
+                self._error(404, f"no route {self.path}; try /v1/models or /v1/chat/completions")
+
+        def do_POST(self) -> None:
+            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                self._error(404, f"no route {self.path}; try /v1/chat/completions")
+                return
+            try:
+                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                messages = [{"role": m["role"], "content": m.get("content") or ""} for m in request["messages"]]
+            except (ValueError, KeyError, TypeError) as exc:
+                self._error(400, f"the body must be JSON with a 'messages' list of {{role, content}}: {exc}")
+                return
+            if request.get("stream"):
+                self._error(400, "streaming is not supported by this server")
+                return
+            max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 256)
+            before = judge.tokens_used
+            text = judge.complete(messages, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0))
+            used = judge.tokens_used - before
+            completion = len(judge.tokenizer(text, add_special_tokens=False)["input_ids"])
+            self._send(200, {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+                "model": model_name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": used - completion, "completion_tokens": completion, "total_tokens": used},
+            })
+
+    return Handler
+
+
+def make_server(port: int = 8011, host: str = "127.0.0.1", name: str = "smollm2-135m", model=None,
+                tokenizer=None) -> ThreadingHTTPServer:
+    """A server bound to (host, port), not yet serving; port 0 picks a free port (see `server.server_port`)."""
+    judge = LocalJudge(name, model=model, tokenizer=tokenizer)
+    return ThreadingHTTPServer((host, port), make_handler(judge, name))
+
+
+def serve_in_thread(port: int = 0, host: str = "127.0.0.1", name: str = "smollm2-135m", model=None,
+                    tokenizer=None) -> tuple[ThreadingHTTPServer, str]:
+    """Start a server in a daemon thread: (server, base_url). Stop it with `server.shutdown()`."""
+    server = make_server(port, host, name, model, tokenizer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://{host}:{server.server_port}/v1"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=8011)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--model", default="smollm2-135m", help="a load_policy name or checkpoint folder")
+    args = parser.parse_args()
+    server = make_server(args.port, args.host, args.model)
+    print(f"judge server: http://{args.host}:{server.server_port}/v1 (model {args.model}); Ctrl+C stops it", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

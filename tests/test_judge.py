@@ -1,0 +1,269 @@
+"""The judge: protocol robustness with a scripted backend, real HTTP endpoints, the local model."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from course_lib.judge import (
+    JudgeMetrics,
+    JudgeUnavailable,
+    LocalJudge,
+    OpenAIJudge,
+    extract_json,
+    score_group,
+    score_turns,
+)
+
+
+class ScriptedJudge:
+    """A real backend whose answers are written by the test: a function of the messages it receives."""
+
+    name = "scripted"
+
+    def __init__(self, answer):
+        self.answer = answer  # callable(messages, call_number) -> str
+        self.calls: list[list[dict[str, str]]] = []
+        self.tokens_used = 0
+
+    def complete(self, messages, *, max_tokens=512, temperature=0.0):
+        self.calls.append(messages)
+        self.tokens_used += sum(len(m["content"]) for m in messages) // 4
+        return self.answer(messages, len(self.calls))
+
+
+PREFIX = [{"role": "system", "content": "Answer questions."}, {"role": "user", "content": "Capital of France?"}]
+
+
+def conv(answer: str) -> list[dict[str, str]]:
+    return PREFIX + [{"role": "assistant", "content": f"<answer>{answer}</answer>"}]
+
+
+def ids_in_order(messages) -> list[str]:
+    """The trajectory ids in the order the judge reads them, and what each one answered."""
+    return re.findall(r'<trajectory id="(t[0-9a-f]+)">', messages[1]["content"])
+
+
+def answers_by_id(messages) -> dict[str, str]:
+    blocks = re.findall(r'<trajectory id="(t[0-9a-f]+)">(.*?)</trajectory>', messages[1]["content"], re.DOTALL)
+    return {i: re.search(r"<answer>(.*?)</answer>", body).group(1) for i, body in blocks}
+
+
+def rate_paris(messages, _call):
+    """A correct judge: 1 for Paris, 0.2 otherwise, written in the order it reads, inside chatter."""
+    items = [{"id": i, "explanation": "ok", "score": 1.0 if a == "Paris" else 0.2}
+             for i, a in answers_by_id(messages).items()]
+    return f"Here are my scores:\n```json\n{json.dumps(items)}\n```\nHope this helps."
+
+
+def test_scores_follow_ids_not_positions(tmp_path):
+    group = [conv("Lyon"), conv("Paris"), conv("Nice"), conv("Paris!")]
+    orders = set()
+    for seed in range(4):
+        judge = ScriptedJudge(rate_paris)
+        scores = score_group(group, judge=judge, seed=seed, use_cache=False)
+        assert [s.score for s in scores] == [0.2, 1.0, 0.2, 0.2]
+        orders.add(tuple(answers_by_id(judge.calls[0]).values()))
+        # the shared prefix is sent once, the ids are not positions
+        assert judge.calls[0][-1]["content"].count("Capital of France?") == 1
+        assert all(not i.isdigit() for i in ids_in_order(judge.calls[0]))
+    assert len(orders) > 1, "the seed should shuffle the order"
+
+
+def test_two_orders_average_and_reverse():
+    group = [conv("Lyon"), conv("Paris"), conv("Nice")]
+
+    def biased(messages, _call):  # the first trajectory read gets +0.3
+        ids = ids_in_order(messages)
+        return json.dumps([{"id": i, "explanation": "", "score": 0.3 * (k == 0) + 0.5} for k, i in enumerate(ids)])
+
+    judge = ScriptedJudge(biased)
+    scores = score_group(group, judge=judge, two_orders=True, use_cache=False)
+    assert len(judge.calls) == 2
+    assert ids_in_order(judge.calls[1]) == ids_in_order(judge.calls[0])[::-1]
+    assert sorted(round(s.score, 6) for s in scores) == [0.5, 0.65, 0.65]  # first and last each read first once
+
+
+def test_malformed_then_valid_on_retry():
+    answers = iter(["I think they are all fine!", "[{'id': broken"])
+
+    def answer(messages, call):
+        return next(answers) if call <= 2 else rate_paris(messages, call)
+
+    judge, metrics = ScriptedJudge(answer), JudgeMetrics()
+    scores = score_group([conv("Paris"), conv("Rome")], judge=judge, use_cache=False, metrics=metrics)
+    assert [s.score for s in scores] == [1.0, 0.2] and not any(s.failed for s in scores)
+    assert metrics.calls == 3 and metrics.retries == 2 and metrics.failed_groups == 0
+    assert "could not be used" in judge.calls[1][-1]["content"]  # the error goes back to the judge
+
+
+@pytest.mark.parametrize("mutate, error", [
+    (lambda items: items[:1], "no score for id"),  # a missing id
+    (lambda items: items + [{"id": "t999", "explanation": "", "score": 0.5}], "unknown id"),  # an extra id
+    (lambda items: [dict(it, score=7) for it in items], "outside [0, 1]"),  # out of range
+])
+def test_bad_answer_is_reasked_with_the_error(mutate, error):
+    def answer(messages, call):
+        items = json.loads(rate_paris(messages, call).split("```json\n")[1].split("\n```")[0])
+        return json.dumps(mutate(items)) if call == 1 else json.dumps(items)
+
+    judge = ScriptedJudge(answer)
+    scores = score_group([conv("Paris"), conv("Rome")], judge=judge, use_cache=False)
+    assert [s.score for s in scores] == [1.0, 0.2]
+    assert error in judge.calls[1][-1]["content"]
+
+
+def test_tiny_overshoot_is_clipped():
+    def answer(messages, _call):
+        return json.dumps([{"id": i, "score": 1.0000001} for i in ids_in_order(messages)])
+
+    scores = score_group([conv("Paris"), conv("Rome")], judge=ScriptedJudge(answer), use_cache=False)
+    assert [s.score for s in scores] == [1.0, 1.0]
+
+
+def test_all_retries_failing_fails_the_group_and_counts_it():
+    judge, metrics = ScriptedJudge(lambda m, c: "Score: great"), JudgeMetrics()
+    scores = score_group([conv("Paris"), conv("Rome")], judge=judge, max_retries=2, use_cache=False, metrics=metrics)
+    assert len(judge.calls) == 3
+    assert all(s.failed and math.isnan(s.score) for s in scores)
+    assert metrics.failed_groups == 1 and metrics.groups == 1 and metrics.as_dict()["failure_rate"] == 1.0
+
+
+def test_cache_hit_makes_no_call(tmp_path):
+    group = [conv("Paris"), conv("Rome")]
+    first = ScriptedJudge(rate_paris)
+    a = score_group(group, judge=first, cache_dir=tmp_path)
+    second = ScriptedJudge(lambda m, c: pytest.fail("the cache should have answered"))
+    metrics = JudgeMetrics()
+    b = score_group(group[::-1], judge=second, cache_dir=tmp_path, metrics=metrics)
+    assert len(first.calls) == 1 and not second.calls and metrics.cache_hits == 1
+    assert [s.score for s in a] == [s.score for s in b][::-1]
+    # failures are not cached: a later run may succeed
+    score_group([conv("Oslo"), conv("Bern")], judge=ScriptedJudge(lambda m, c: "no"), cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_identical_trajectories_are_scored_once():
+    judge = ScriptedJudge(rate_paris)
+    scores = score_group([conv("Paris"), conv("Rome"), conv("Paris")], judge=judge, use_cache=False)
+    assert scores[0] == scores[2] and len(ids_in_order(judge.calls[0])) == 2
+    no_call = ScriptedJudge(lambda m, c: pytest.fail("no call expected"))
+    same = score_group([conv("Paris")] * 3, judge=no_call, use_cache=False)
+    assert not no_call.calls and len({s.score for s in same}) == 1 and not same[0].failed
+
+
+def test_extract_json_from_chatty_answers():
+    assert extract_json('Sure! [{"id": "t1", "score": 0.5}] done') == [{"id": "t1", "score": 0.5}]
+    assert extract_json('```json\n{"scores": [1]}\n```') == {"scores": [1]}
+
+
+def test_score_turns_one_score_per_turn_and_failure_flag():
+    trajectory = PREFIX + [
+        {"role": "assistant", "content": '<tool_call>{"name": "search", "arguments": {"query": "France"}}</tool_call>'},
+        {"role": "tool", "content": "1. Paris is the capital of France."},
+        {"role": "assistant", "content": "<answer>Paris</answer>"},
+    ]
+
+    def answer(messages, _call):
+        turns = re.findall(r'<turn number="(\d+)">', messages[1]["content"])
+        return json.dumps([{"turn": int(k), "explanation": "", "score": 0.5 + 0.25 * int(k)} for k in turns])
+
+    scores = score_turns(trajectory, judge=ScriptedJudge(answer))
+    assert list(scores) == [0.75, 1.0] and not scores.failed
+    metrics = JudgeMetrics()
+    failed = score_turns(trajectory, judge=ScriptedJudge(lambda m, c: "[]"), max_retries=1, metrics=metrics)
+    assert failed.failed and len(failed) == 2 and metrics.failed_turn_calls == 1
+
+
+# ----- real HTTP endpoints ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_openai_judge_against_the_local_judge_server(policy):
+    from course_lib.judge_server import serve_in_thread
+
+    model, tokenizer = policy
+    server, base_url = serve_in_thread(port=0, model=model, tokenizer=tokenizer)
+    try:
+        judge = OpenAIJudge(base_url=base_url, timeout=120, max_retries=0)
+        text = judge.complete([{"role": "user", "content": "Say yes."}], max_tokens=4)
+        assert isinstance(text, str) and judge.tokens_used > 0
+        assert judge.name.endswith(":smollm2-135m")  # the model name comes from /v1/models
+        metrics = JudgeMetrics()
+        scores = score_group([conv("Paris"), conv("Rome")], "Score 0 to 1.", judge, max_tokens=8, max_retries=0,
+                             use_cache=False, metrics=metrics)
+        assert len(scores) == 2 and metrics.calls == 1  # 8 tokens of a 135M model: valid or counted failure
+        assert all(s.failed for s in scores) == (metrics.failed_groups == 1)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_endpoint_that_sleeps_times_out_with_a_clear_error():
+    class Sleepy(BaseHTTPRequestHandler):
+        def do_POST(self):
+            time.sleep(3)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sleepy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/v1"
+    try:
+        judge = OpenAIJudge(base_url=url, model="m", timeout=0.3, max_retries=1, backoff=0.05)
+        t0 = time.time()
+        with pytest.raises(JudgeUnavailable, match=re.escape(url)) as info:
+            judge.complete([{"role": "user", "content": "hi"}], max_tokens=4)
+        assert "2 tries" in str(info.value) and time.time() - t0 < 5
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_refused_endpoint_raises_judge_unavailable():
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    judge = OpenAIJudge(base_url=url, model="m", timeout=1, max_retries=2, backoff=0.01)
+    with pytest.raises(JudgeUnavailable, match=f"{re.escape(url)}.*3 tries"):
+        score_group([conv("Paris"), conv("Rome")], judge=judge, use_cache=False)
+
+
+def test_openai_judge_reads_env_vars(monkeypatch):
+    monkeypatch.setenv("COURSE_JUDGE_BASE_URL", "http://127.0.0.1:1/v1")
+    monkeypatch.setenv("COURSE_JUDGE_MODEL", "judge-model")
+    judge = OpenAIJudge()
+    assert judge.base_url == "http://127.0.0.1:1/v1" and judge.name == "openai:http://127.0.0.1:1/v1:judge-model"
+
+
+# ----- the local model ----------------------------------------------------------------------------------
+
+
+def test_local_logprob_judge_returns_valid_scores(policy):
+    model, tokenizer = policy
+    judge = LocalJudge(model=model, tokenizer=tokenizer, mode="logprob")
+    scores = score_group([conv("Paris"), conv("Banana")], judge=judge, use_cache=False)
+    assert all(0.0 <= s.score <= 1.0 and not s.failed for s in scores)
+    turns = score_turns(conv("Paris"), judge=judge)
+    assert len(turns) == 1 and 0.0 <= turns[0] <= 1.0
+
+
+def test_summarize_env_needs_the_judge(tokenizer):
+    from course_lib.envs.summarize import SummarizeEnv, make_tasks
+    from course_lib.rollout import expert_rollout
+
+    tasks = make_tasks("test", limit=2)
+    demos = expert_rollout(tokenizer, SummarizeEnv, tasks)
+    assert all(d.reward == 0.0 and d.info["needs_judge"] for d in demos)
+    assert tasks[0]["subject"] in demos[0].messages[-1]["content"]

@@ -1,0 +1,227 @@
+"""The credit-assignment shoot-out: outcome vs GiGPO vs turn-level vs critic, on one budget.
+
+    python benchmarks/credit_shootout.py --size cpu            # 2 CPU cores: a few hours
+    python benchmarks/credit_shootout.py --size gpu            # one GPU
+    python benchmarks/credit_shootout.py --size tiny --seeds 0 # smoke size (the test uses it)
+
+For each environment, every credit method starts from the same warm-start checkpoint and gets the
+same rollouts per step, steps, and hyperparameters; each (environment, method, seed) is one run
+directory under runs/shootout/<size>/. A run whose result.json exists is skipped, so the script can
+be stopped and started again, or run in pieces (--envs, --methods, --seeds).
+
+Writes benchmarks/results/credit_shootout[_<size>].md (the table, step-group statistics and the
+machine) and a PNG of held-out success vs step, one panel per environment, with shaded intervals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from course_lib.credit import step_group_sizes
+from course_lib.envs import load_tasks
+from course_lib.models import load_policy
+from course_lib.rollout import rollout
+from course_lib.train import TrainConfig, ensure_warm_start, read_metrics, runs_dir, train
+
+METHODS = ("outcome", "gigpo", "turn", "critic")
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Preset:
+    """One budget, identical for every method."""
+
+    steps: int  # RL steps per run
+    tasks_per_step: int  # tasks per step
+    group_size: int  # rollouts per task
+    max_new_tokens: int  # tokens per model turn
+    eval_tasks: int  # held-out tasks per evaluation
+    eval_every: int  # evaluation period in steps
+    warm: dict = field(default_factory=dict)  # warm-start options (shared by all methods)
+    lr: float = 2e-5
+    max_turns: int | None = None  # None: the environment's turn limit below; the tiny preset shortens it
+
+
+PRESETS = {
+    "tiny": Preset(steps=1, tasks_per_step=2, group_size=2, max_new_tokens=32, eval_tasks=2, eval_every=1,
+                   warm={"n_demos": 4, "steps": 1, "batch_size": 2}, max_turns=3),
+    "cpu": Preset(steps=12, tasks_per_step=4, group_size=4, max_new_tokens=48, eval_tasks=48, eval_every=4,
+                  warm={"n_demos": 128, "steps": 24, "batch_size": 8}),
+    "gpu": Preset(steps=60, tasks_per_step=16, group_size=8, max_new_tokens=64, eval_tasks=200, eval_every=10,
+                  warm={"n_demos": 512, "steps": 96, "batch_size": 16}),
+}
+# Per environment: turn limit, and the task filter that leaves RL room above the warm start.
+ENV_OPTIONS = {
+    "gridworld": {"max_turns": 12, "warm_filter": None, "rl_filter": None},
+    "search_qa": {"max_turns": 4, "warm_filter": {"hops": 1}, "rl_filter": {"hops": 2}},
+}
+
+
+def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and a t-interval over seeds (a single seed gives a zero-width interval)."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), float(x.mean()), float(x.mean())
+    half = scipy_stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
+
+
+def run_one(size: str, env: str, method: str, seed: int, warm_path: Path) -> dict:
+    """One training run (skipped when its result.json exists); returns its result."""
+    preset, opts = PRESETS[size], ENV_OPTIONS[env]
+    run_dir = runs_dir() / "shootout" / size / env / method / f"seed{seed}"
+    result_path = run_dir / "result.json"
+    if result_path.exists():
+        return json.loads(result_path.read_text())
+    config = TrainConfig(env=env, model=str(warm_path), run_dir=str(run_dir), credit=method, steps=preset.steps,
+                         tasks_per_step=preset.tasks_per_step, group_size=preset.group_size,
+                         max_turns=preset.max_turns or opts["max_turns"], max_new_tokens=preset.max_new_tokens, lr=preset.lr,
+                         eval_every=preset.eval_every, eval_tasks=preset.eval_tasks,
+                         checkpoint_every=preset.eval_every, seed=seed, task_filter=opts["rl_filter"],
+                         progress=False)
+    t0 = time.perf_counter()
+    train(config)
+    rows = read_metrics(run_dir)
+    evals = [r for r in rows if r["kind"] == "eval"]
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    sizes: Counter = Counter()
+    for r in train_rows:
+        sizes.update({int(k): v for k, v in (r.get("step_group_sizes") or {}).items()})
+    result = {"env": env, "method": method, "seed": seed, "size": size,
+              "curve": [(r["step"], r["success"]) for r in evals], "final": evals[-1]["success"],
+              "seconds": time.perf_counter() - t0, "train_tokens": sum(r.get("train_tokens", 0) for r in train_rows),
+              "step_group_sizes": dict(sizes)}
+    result_path.write_text(json.dumps(result))
+    return result
+
+
+def step_group_stats(env: str, warm_path: Path, preset: Preset, seed: int = 0) -> dict:
+    """GiGPO's step groups on rollouts of the warm-start model: how often states recur."""
+    model, tokenizer = load_policy(str(warm_path))
+    tasks = load_tasks(env, "train")[: preset.tasks_per_step]
+    groups = rollout(model, tokenizer, env, tasks, group_size=preset.group_size,
+                     max_turns=preset.max_turns or ENV_OPTIONS[env]["max_turns"], max_new_tokens=preset.max_new_tokens,
+                     temperature=1.0, seed=seed, progress=False)
+    anchors = [s.anchor for g in groups for t in g for s in t.steps]
+    group_ids = [t.group_id for g in groups for t in g for _ in t.steps]
+    sizes = step_group_sizes(anchors, group_ids)
+    rows_in_shared = sum(s for s in sizes if s >= 2)
+    return {"rows": len(anchors), "fraction_in_groups_ge2": rows_in_shared / max(1, len(anchors)),
+            "histogram": dict(sorted(Counter(sizes).items()))}
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}"
+
+
+def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path, out_png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.viz import method_color
+
+    envs = sorted({r["env"] for r in results})
+    methods = [m for m in METHODS if any(r["method"] == m for r in results)]
+    preset = PRESETS[size]
+    lines = [f"# Credit-assignment shoot-out ({size} preset)", "",
+             f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}.",
+             f"Budget per run: {preset.steps} RL steps x {preset.tasks_per_step} tasks x group {preset.group_size}, "
+             f"{preset.max_new_tokens} tokens per turn; held-out success on {preset.eval_tasks} test tasks "
+             "(greedy). Every run starts from the same warm start of its environment.", "",
+             "Final held-out success: mean over seeds with a 95% t-interval (seeds in brackets); wall time and "
+             "training tokens are means per run.", "",
+             "| environment | method | success | 95% interval | seeds | wall time (s) | train tokens |",
+             "|---|---|---|---|---|---|---|"]
+    for env in envs:
+        for m in methods:
+            rs = [r for r in results if r["env"] == env and r["method"] == m]
+            if not rs:
+                continue
+            mean, lo, hi = mean_ci([r["final"] for r in rs])
+            lines.append(f"| {env} | {m} | {mean:.3f} | [{lo:.3f}, {hi:.3f}] | {len(rs)} "
+                         f"({', '.join(str(r['seed']) for r in rs)}) | {np.mean([r['seconds'] for r in rs]):.0f} | "
+                         f"{np.mean([r['train_tokens'] for r in rs]):.0f} |")
+    lines += ["", "## GiGPO step groups", "",
+              "Rollouts of the warm-start model (one step's batch): how many step rows share their anchor state "
+              "with another row of the same group. GiGPO's step-level advantage is zero for singleton groups.", "",
+              "| environment | step rows | fraction in groups of size >= 2 | group-size histogram (size: count) |",
+              "|---|---|---|---|"]
+    for env, s in group_stats.items():
+        lines.append(f"| {env} | {s['rows']} | {s['fraction_in_groups_ge2']:.2f} | "
+                     f"{', '.join(f'{k}: {v}' for k, v in s['histogram'].items())} |")
+    out_md.write_text("\n".join(lines) + "\n")
+
+    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), dpi=90, squeeze=False)
+    for ax, env in zip(axes[0], envs):
+        for m in methods:
+            rs = [r for r in results if r["env"] == env and r["method"] == m]
+            if not rs:
+                continue
+            steps = [s for s, _ in rs[0]["curve"]]
+            by_step = np.array([[v for _, v in r["curve"]] for r in rs if len(r["curve"]) == len(steps)])
+            cis = [mean_ci(list(col)) for col in by_step.T]
+            ax.plot(steps, [c[0] for c in cis], marker="o", label=m, color=method_color(m))
+            ax.fill_between(steps, [c[1] for c in cis], [c[2] for c in cis], alpha=0.2, color=method_color(m))
+        ax.set_title(f"{env}: held-out success ({size} preset)")
+        ax.set_xlabel("RL step")
+        ax.set_ylabel("held-out success rate")
+        ax.set_ylim(-0.05, 1.05)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_png)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", choices=sorted(PRESETS), default="cpu")
+    ap.add_argument("--envs", nargs="+", default=list(ENV_OPTIONS), choices=list(ENV_OPTIONS))
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    preset = PRESETS[args.size]
+    results, group_stats = [], {}
+    for env in args.envs:
+        warm = ensure_warm_start(env, task_filter=ENV_OPTIONS[env]["warm_filter"], progress=False, **preset.warm)
+        group_stats[env] = step_group_stats(env, warm, preset)
+        for method in args.methods:
+            for seed in args.seeds:
+                r = run_one(args.size, env, method, seed, warm)
+                print(f"{env:<10} {method:<8} seed {seed}: final success {r['final']:.3f} ({r['seconds']:.0f} s)",
+                      flush=True)
+                results.append(r)
+    # The report covers every finished run of this size, including ones from earlier invocations.
+    done = sorted(runs_dir().glob(f"shootout/{args.size}/*/*/seed*/result.json"))
+    all_results = [json.loads(p.read_text()) for p in done]
+    args.out.mkdir(parents=True, exist_ok=True)
+    suffix = "" if args.size == "cpu" else f"_{args.size}"
+    out_md, out_png = args.out / f"credit_shootout{suffix}.md", args.out / f"credit_shootout{suffix}.png"
+    write_report(args.size, all_results, group_stats, out_md, out_png)
+    print(out_md.read_text())
+    return {"results": all_results, "group_stats": group_stats, "markdown": out_md, "plot": out_png,
+            "preset": asdict(preset)}
+
+
+if __name__ == "__main__":
+    main()

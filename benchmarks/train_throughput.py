@@ -1,0 +1,86 @@
+"""Training throughput of `course_lib.train.update` on this machine, fp32 vs bf16 autocast.
+
+Prints, per dtype: training tokens/s (forward + backward + AdamW over length-bucketed micro-batches),
+the padding fraction of the micro-batches, and the achieved FLOP/s (6 · parameters · tokens for a
+forward and backward pass) as a fraction of a matmul peak measured here, in the same dtype, with a
+large torch.matmul. Targets on CPU: >= 50% of the bf16 matmul peak, padding < 10%.
+
+    python benchmarks/train_throughput.py [--demos 24] [--token-budget 2048] [--threads 2]
+
+The batch is real: expert demonstrations of search_qa (one- and two-hop questions, so lengths vary),
+with random advantages. A benchmark script, not a test; a few minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from course_lib.envs import load_tasks
+from course_lib.models import load_policy
+from course_lib.rollout import expert_rollout
+from course_lib.train import TrainConfig, update
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of the best of `repeats` n×n @ n×n matmuls (2n³ FLOP each)."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def measure(model, tokenizer, demos, *, bf16: bool, token_budget: int, repeats: int) -> dict:
+    config = TrainConfig(token_budget=token_budget, bf16_autocast=bf16, lr=1e-7)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    advantages = [torch.randn(len(d.token_ids)) * torch.tensor(d.loss_mask, dtype=torch.float32) for d in demos]
+    autocast_dtype = torch.bfloat16 if bf16 else None
+    runs = []
+    for _ in range(repeats + 1):  # the first one warms up (allocations, AdamW state)
+        runs.append(update(model, None, optimizer, demos, advantages, config, 0, device=torch.device("cpu"),
+                           autocast_dtype=autocast_dtype))
+    best = min(runs[1:], key=lambda r: r["seconds_update"])
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--demos", type=int, default=24, help="demonstrations in the batch")
+    parser.add_argument("--token-budget", type=int, default=2048, help="padded tokens per micro-batch")
+    parser.add_argument("--repeats", type=int, default=1, help="timed updates per dtype (after one warm-up)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    model, tokenizer = load_policy("smollm2-135m", device="cpu")
+    params = sum(p.numel() for p in model.parameters())
+    tasks = load_tasks("search_qa", "train")[: args.demos]
+    demos = expert_rollout(tokenizer, "search_qa", tasks)
+    lengths = [len(d.token_ids) for d in demos]
+    print(f"model: {params / 1e6:.1f} M parameters; batch: {len(demos)} search_qa demonstrations, "
+          f"{sum(lengths)} tokens (lengths {min(lengths)}-{max(lengths)}); token budget {args.token_budget}; "
+          f"{args.threads} threads")
+
+    header = f"{'dtype':<16}{'tokens/s':>10}{'padding':>10}{'achieved':>14}{'matmul peak':>14}{'of peak':>9}"
+    print(header)
+    results = {}
+    for name, bf16, peak_dtype in (("fp32", False, torch.float32), ("bf16 autocast", True, torch.bfloat16)):
+        peak = matmul_peak(peak_dtype)
+        r = measure(model, tokenizer, demos, bf16=bf16, token_budget=args.token_budget, repeats=args.repeats)
+        achieved = 6 * params * r["train_tokens"] / r["seconds_update"]
+        results[name] = (achieved / peak, r["padding_fraction"])
+        print(f"{name:<16}{r['tokens_per_s']:>10.0f}{100 * r['padding_fraction']:>9.1f}%"
+              f"{achieved / 1e9:>10.1f} GF/s{peak / 1e9:>10.1f} GF/s{100 * achieved / peak:>8.1f}%")
+    frac, padding = results["bf16 autocast"]
+    print(f"target >= 50% of the bf16 matmul peak: {'met' if frac >= 0.5 else 'NOT met'} ({100 * frac:.0f}%); "
+          f"padding < 10%: {'met' if padding < 0.1 else 'NOT met'} ({100 * padding:.1f}%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""Command line: `python -m course_lib {train,eval,sft,demo} ...`.
+
+    python -m course_lib train --env search_qa --credit gigpo --steps 40 --run-dir runs/x
+    python -m course_lib eval --model runs/x/checkpoint/model --env search_qa --n-tasks 40
+    python -m course_lib sft --env search_qa --steps 32 --run-dir runs/sft
+    python -m course_lib demo            # warm start + RL on the embedded model (COURSE_FAST=1: tiny)
+
+Every `TrainConfig` field is a `train` option (`--tasks-per-step 4`, `--task-filter '{"hops": 2}'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from course_lib.envs import load_tasks
+from course_lib.train import (
+    TrainConfig,
+    ensure_warm_start,
+    evaluate,
+    read_metrics,
+    runs_dir,
+    train,
+    warm_start,
+)
+
+_SKIP = {"turn_reward_fn", "reward_fn", "loss_hook"}  # Python callables: set them from code, not the command line
+
+
+def _parse_value(text: str) -> Any:
+    """A command-line value: JSON when it parses (numbers, null, dicts, true/false), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in _SKIP:
+            continue
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=_parse_value, default=None,
+                            help=f"default: {f.default!r}")
+
+
+def _config_from(args: argparse.Namespace) -> TrainConfig:
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+             if f.name not in _SKIP and getattr(args, f.name) is not None}
+    return TrainConfig(**given)
+
+
+def _format(result: dict) -> str:
+    return (f"{100 * result['success']:.1f}% [{100 * result['ci_low']:.1f}, {100 * result['ci_high']:.1f}] "
+            f"(n={result['n']})")
+
+
+# ------------------------------------------------------------------------------------------------------
+# the demo: base -> warm start -> RL, with held-out success and 95% intervals
+# ------------------------------------------------------------------------------------------------------
+
+
+def demo_sizes(fast: bool) -> types.SimpleNamespace:
+    """Sizes of the demo. Full: about 30 minutes on 2 CPU cores; COURSE_FAST=1: a couple of minutes."""
+    if fast:
+        return types.SimpleNamespace(one_hop_demos=16, two_hop_demos=4, sft_steps=2, sft_batch=4, eval_tasks=4,
+                                     rl_steps=1, tasks_per_step=2, group_size=2, max_turns=3, max_new_tokens=32,
+                                     eval_every=1, rl_lr=2e-5)
+    return types.SimpleNamespace(one_hop_demos=224, two_hop_demos=32, sft_steps=32, sft_batch=8, eval_tasks=40,
+                                 rl_steps=20, tasks_per_step=4, group_size=4, max_turns=4, max_new_tokens=40,
+                                 eval_every=10, rl_lr=2e-5)
+
+
+def _demo_tasks(n_one: int, n_two: int, seed: int) -> list[dict]:
+    """Warm-start tasks: mostly one-hop questions, a few two-hop ones (so RL starts above zero on them)."""
+    train_tasks = load_tasks("search_qa", "train")
+    rng = random.Random(seed)
+    one = [t for t in train_tasks if t["hops"] == 1]
+    two = [t for t in train_tasks if t["hops"] == 2]
+    picked = rng.sample(one, n_one) + rng.sample(two, n_two)
+    rng.shuffle(picked)
+    return picked
+
+
+def plot_learning_curve(run_dir: Path, base: dict, warm: dict, path: Path) -> None:
+    """Held-out success (95% Wilson intervals) against RL step, with the base and warm-start levels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run_dir)
+    evals = [r for r in rows if r["kind"] == "eval"]
+    trains = [r for r in rows if r["kind"] == "train"]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if evals:
+        x = [r["step"] for r in evals]
+        y = [100 * r["success"] for r in evals]
+        err = [[100 * (r["success"] - r["ci_low"]) for r in evals], [100 * (r["ci_high"] - r["success"]) for r in evals]]
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=4, color="C0", label="held-out success (greedy, 95% CI)")
+    if trains:
+        ax.plot([r["step"] for r in trains], [100 * r["success"] for r in trains], color="C1", alpha=0.7,
+                label="training rollouts success (sampled)")
+    ax.axhline(100 * base["success"], color="grey", ls=":", label="base model")
+    ax.axhline(100 * warm["success"], color="C2", ls="--", label="after warm start")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("success rate (%)")
+    ax.set_ylim(-2, 102)
+    ax.set_title("search_qa two-hop questions: warm start, then RL (SmolLM2-135M, CPU)")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _verdict(warm: dict, final: dict) -> str:
+    if final["ci_low"] > warm["ci_high"]:
+        return "RL beat the warm start: the 95% intervals do not overlap."
+    if final["success"] > warm["success"]:
+        return ("RL scored higher than the warm start, but the 95% intervals overlap: with this budget "
+                "the improvement is NOT statistically established.")
+    return "RL did NOT improve on the warm start with this budget."
+
+
+def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int = 0) -> dict:
+    """Warm start on (mostly one-hop) search_qa demonstrations, then outcome-credit RL on two-hop questions.
+
+    Prints base / after warm start / after RL held-out success on two-hop test questions with 95%
+    intervals; writes learning_curve.png and report.md into run_dir.
+    """
+    fast = os.environ.get("COURSE_FAST") == "1" if fast is None else fast
+    sizes = demo_sizes(fast)
+    run_dir = Path(run_dir) if run_dir else runs_dir() / ("demo-fast" if fast else "demo")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    two_hop_test = [t for t in load_tasks("search_qa", "test") if t["hops"] == 2][: sizes.eval_tasks]
+    eval_kwargs = dict(tasks=two_hop_test, max_turns=sizes.max_turns, max_new_tokens=sizes.max_new_tokens)
+    # train() evaluates on the same questions: the first eval_tasks two-hop test tasks, same limits.
+
+    print(f"[1/4] base model on {len(two_hop_test)} held-out two-hop questions...")
+    base = evaluate("smollm2-135m", "search_qa", **eval_kwargs)
+    print(f"      base: {_format(base)}")
+
+    print("[2/4] warm start on expert demonstrations (mostly one-hop)...")
+    t0 = time.time()
+    warm_path = ensure_warm_start("search_qa", n_demos=sizes.one_hop_demos + sizes.two_hop_demos,
+                                  steps=sizes.sft_steps, batch_size=sizes.sft_batch, lr=5e-5, seed=seed,
+                                  tasks=_demo_tasks(sizes.one_hop_demos, sizes.two_hop_demos, seed))
+    sft_seconds = time.time() - t0
+
+    print("[3/4] RL (outcome credit) on two-hop training questions; its step-0 evaluation is the warm start's...")
+    config = TrainConfig(env="search_qa", model=str(warm_path), run_dir=str(run_dir / "rl"), steps=sizes.rl_steps,
+                         tasks_per_step=sizes.tasks_per_step, group_size=sizes.group_size, max_turns=sizes.max_turns,
+                         max_new_tokens=sizes.max_new_tokens, task_filter={"hops": 2}, credit="outcome",
+                         lr=sizes.rl_lr, eval_every=sizes.eval_every, eval_tasks=sizes.eval_tasks,
+                         checkpoint_every=sizes.eval_every, seed=seed)
+    t0 = time.time()
+    train(config)
+    rl_seconds = time.time() - t0
+    evals = [r for r in read_metrics(config.run_dir) if r["kind"] == "eval"]
+    warm, final = evals[0], evals[-1]
+    print(f"[4/4] after warm start: {_format(warm)}\n      after RL: {_format(final)}")
+    verdict = _verdict(warm, final)
+    print(verdict)
+
+    plot_learning_curve(run_dir / "rl", base, warm, run_dir / "learning_curve.png")
+    total = time.time() - t_start
+    report = f"""# Demo: warm start, then RL, on search_qa (SmolLM2-135M-Instruct)
+
+Held-out: the first {len(two_hop_test)} two-hop questions of the test split (greedy, one episode each,
+{sizes.max_turns} turns of at most {sizes.max_new_tokens} new tokens). 95% Wilson intervals.
+
+| model | success | 95% interval |
+|---|---|---|
+| base | {100 * base['success']:.1f}% | [{100 * base['ci_low']:.1f}, {100 * base['ci_high']:.1f}] |
+| after warm start | {100 * warm['success']:.1f}% | [{100 * warm['ci_low']:.1f}, {100 * warm['ci_high']:.1f}] |
+| after RL | {100 * final['success']:.1f}% | [{100 * final['ci_low']:.1f}, {100 * final['ci_high']:.1f}] |
+
+{verdict}
+
+Sizes: warm start on {sizes.one_hop_demos} one-hop + {sizes.two_hop_demos} two-hop expert demonstrations,
+{sizes.sft_steps} AdamW steps of batch {sizes.sft_batch}, lr 5e-5, assistant-only loss mask ({sft_seconds / 60:.1f} min,
+or 0 when reused from {warm_path}). RL: outcome credit (GRPO advantages, DAPO loss), {sizes.rl_steps} steps of
+{sizes.tasks_per_step} two-hop tasks x {sizes.group_size} rollouts, lr {sizes.rl_lr} ({rl_seconds / 60:.1f} min,
+evaluations included).
+Total wall time {total / 60:.1f} min. Fast mode: {fast}. Seed: {seed}.
+
+Learning curve: learning_curve.png; per-step metrics: rl/metrics.jsonl.
+"""
+    (run_dir / "report.md").write_text(report)
+    print(f"Report: {run_dir / 'report.md'}; plot: {run_dir / 'learning_curve.png'}; {total / 60:.1f} min in all.")
+    return {"base": base, "warm_start": warm, "rl": final, "seconds": total, "verdict": verdict}
+
+
+# ------------------------------------------------------------------------------------------------------
+# the command line
+# ------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    torch.set_num_threads(int(os.environ.get("COURSE_THREADS", min(2, os.cpu_count() or 1))))
+    parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_config_options(sub.add_parser("train", help="RL training (resumes an existing run dir)"))
+    p_eval = sub.add_parser("eval", help="held-out greedy success with a 95%% interval")
+    p_eval.add_argument("--model", default="smollm2-135m")
+    p_eval.add_argument("--env", default="search_qa")
+    p_eval.add_argument("--split", default="test")
+    p_eval.add_argument("--n-tasks", type=int, default=32)
+    p_eval.add_argument("--task-filter", type=json.loads, default=None)
+    p_eval.add_argument("--max-turns", type=int, default=4)
+    p_eval.add_argument("--max-new-tokens", type=int, default=48)
+    p_sft = sub.add_parser("sft", help="supervised warm start on expert demonstrations")
+    p_sft.add_argument("--env", default="search_qa")
+    p_sft.add_argument("--model", default="smollm2-135m")
+    p_sft.add_argument("--run-dir", default="runs/sft")
+    p_sft.add_argument("--n-demos", type=int, default=256)
+    p_sft.add_argument("--steps", type=int, default=32)
+    p_sft.add_argument("--lr", type=float, default=5e-5)
+    p_sft.add_argument("--batch-size", type=int, default=8)
+    p_sft.add_argument("--mask", choices=["assistant", "none"], default="assistant")
+    p_sft.add_argument("--task-filter", type=json.loads, default=None)
+    p_sft.add_argument("--seed", type=int, default=0)
+    p_demo = sub.add_parser("demo", help="warm start + RL on the embedded model (COURSE_FAST=1: tiny)")
+    p_demo.add_argument("--run-dir", default=None, help="default: runs/demo (runs/demo-fast with COURSE_FAST=1)")
+    p_demo.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    if args.command == "train":
+        result = train(_config_from(args))
+        print(json.dumps(result, indent=1))
+    elif args.command == "eval":
+        result = evaluate(args.model, args.env, args.split, args.n_tasks, task_filter=args.task_filter,
+                          max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, progress=True)
+        print(f"{args.model} on {args.env}/{args.split}: {_format(result)}")
+    elif args.command == "sft":
+        path = warm_start(args.env, model=args.model, n_demos=args.n_demos, steps=args.steps, lr=args.lr,
+                          batch_size=args.batch_size, run_dir=args.run_dir, mask=args.mask,
+                          task_filter=args.task_filter, seed=args.seed)
+        print(f"warm-start checkpoint: {path}")
+    else:
+        demo(args.run_dir, seed=args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

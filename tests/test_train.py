@@ -1,0 +1,137 @@
+"""Training: the SFT warm start, one tiny RL run per credit method, resume after SIGKILL, the NaN guard,
+and skipping of groups whose rewards are all equal. The embedded model is real; sizes are tiny."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.envs import load_tasks
+from course_lib.losses import sft_loss
+from course_lib.models import load_policy
+from course_lib.rollout import expert_rollout
+from course_lib.train import (
+    TrainConfig,
+    collate,
+    pack_by_length,
+    read_metrics,
+    sft_step,
+    train,
+    wilson_interval,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _tiny(tmp_path: Path, **overrides) -> TrainConfig:
+    base = dict(env="lookup", run_dir=str(tmp_path / "run"), steps=1, tasks_per_step=2, group_size=2, max_turns=2,
+                max_new_tokens=12, eval_every=0, eval_tasks=0, checkpoint_every=0, progress=False)
+    return TrainConfig(**{**base, **overrides})
+
+
+def _first_wins(trajectory) -> float:
+    """A reward with signal in every group: the first rollout of each group wins."""
+    return 1.0 if trajectory.traj_id.endswith("#0") else 0.0
+
+
+def _train_rows(run_dir) -> list[dict]:
+    return [r for r in read_metrics(run_dir) if r["kind"] == "train"]
+
+
+def test_wilson_interval_and_packing():
+    low, high = wilson_interval(38, 40)
+    assert 0.83 < low < 0.84 and 0.98 < high < 0.99
+    assert wilson_interval(0, 10)[0] == 0.0
+    batches = pack_by_length([100, 30, 95, 35, 90], token_budget=300)
+    assert batches == [[0, 2, 4], [3, 1]]  # longest first, similar lengths together
+
+
+def test_sft_step_reduces_masked_loss():
+    model, tokenizer = load_policy("smollm2-135m", device="cpu")  # a fresh copy: the update changes it
+    demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:2])
+
+    def masked_loss() -> float:
+        batch = collate(demos)
+        with torch.no_grad():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        return sft_loss(logits, batch["input_ids"], batch["loss_mask"], attention_mask=batch["attention_mask"])[0].item()
+
+    before = masked_loss()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for _ in range(2):
+        stats = sft_step(model, optimizer, demos, mask="assistant", autocast_dtype=torch.bfloat16)
+    after = masked_loss()
+    assert stats["tokens"] == sum(d.num_model_tokens for d in demos)  # only the model's tokens are trained on
+    assert after < before - 0.1, (before, after)
+
+
+@pytest.mark.parametrize("credit", ["outcome", "gigpo", "turn", "critic"])
+def test_one_rl_step_per_credit(tmp_path, credit):
+    config = _tiny(tmp_path, credit=credit, reward_fn=_first_wins, ppo_epochs=2 if credit == "critic" else 1)
+    result = train(config)
+    assert result["step"] == 1 and not result["interrupted"]
+    (row,) = _train_rows(config.run_dir)
+    assert row["skipped_groups"] == 0 and row["nonfinite"] is False
+    assert math.isfinite(row["loss"]) and row["train_tokens"] > 0 and 0 <= row["padding_fraction"] < 1
+    for key in ("reward", "success", "entropy", "clip_fraction_region", "advantage_mean", "advantage_std",
+                "tokens_per_s", "seconds_rollout", "seconds_update"):
+        assert key in row, key
+    if credit == "gigpo":
+        assert sum(row["step_group_sizes"].values()) >= 1
+    if credit == "critic":
+        assert "value_loss" in row
+
+
+def test_all_equal_reward_groups_are_skipped(tmp_path):
+    config = _tiny(tmp_path, reward_fn=lambda t: 0.5, max_turns=1, max_new_tokens=8)
+    train(config)
+    (row,) = _train_rows(config.run_dir)
+    assert row["equal_reward_groups"] == 2 and row["skipped_groups"] == 2 and row["skipped_update"]
+
+
+def test_nan_update_is_skipped_then_three_in_a_row_stop(tmp_path):
+    def poison(step, loss):  # NaN at step 1 (skipped, the run goes on), then at 3, 4, 5 (three in a row)
+        return loss * float("nan") if step in (1, 3, 4, 5) else loss
+
+    config = _tiny(tmp_path, steps=8, tasks_per_step=1, reward_fn=_first_wins, max_turns=1, max_new_tokens=4,
+                   loss_hook=poison)
+    with pytest.raises(RuntimeError, match="3 updates in a row had a NaN/inf"):
+        train(config)
+    rows = _train_rows(config.run_dir)
+    assert [r["nonfinite"] for r in rows] == [True, False, True, True, True]
+
+
+def test_resume_after_sigkill_loses_and_repeats_no_step(tmp_path):
+    run_dir = tmp_path / "run"
+    steps = 4
+    cmd = [sys.executable, "-m", "course_lib", "train", "--env", "lookup", "--steps", str(steps),
+           "--checkpoint-every", "1", "--tasks-per-step", "1", "--group-size", "2", "--max-turns", "1",
+           "--max-new-tokens", "8", "--eval-tasks", "0", "--progress", "false", "--run-dir", str(run_dir)]
+    env = dict(os.environ, COURSE_THREADS="1")
+    step_file = run_dir / "checkpoint" / "step.json"
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if step_file.exists() and json.loads(step_file.read_text())["step"] >= 1:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = json.loads(step_file.read_text())["step"]
+    assert 1 <= killed_at < steps
+
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"Resuming {run_dir} from step {killed_at}" in done.stdout
+    assert json.loads(step_file.read_text())["step"] == steps
+    assert [r["step"] for r in _train_rows(run_dir)] == list(range(1, steps + 1))  # no gap, no duplicate

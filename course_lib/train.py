@@ -97,7 +97,7 @@ class TrainConfig:
     reward: str = "verifier"  # "verifier" (env reward), "judge" (course_lib.judge), "mix" of the two
     mix_weight: float = 0.5  # reward="mix": weight of the judge score, 1 − weight on the verifier
     reward_fn: Callable[[Trajectory], float] | None = None  # custom reward replacing the verifier's (shaping, tests)
-    judge: str | None = None  # judge backend passed to course_lib.judge (None: its default)
+    judge: Any = None  # judge backend object passed to course_lib.judge (None: its default)
     rubric: str | None = None  # judge rubric (None: the judge's default)
     turn_reward: str = "process"  # credit="turn"/"critic": "process" (turn_reward_fn) or "judge" (score_turns)
     turn_reward_fn: Callable[[Trajectory], list[float]] | None = None  # per-turn rewards; None: default_turn_reward
@@ -135,7 +135,11 @@ class TrainConfig:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            out[f.name] = getattr(value, "__name__", repr(value)) if callable(value) else value
+            if callable(value):
+                value = getattr(value, "__name__", repr(value))
+            elif f.name == "judge" and value is not None:
+                value = getattr(value, "name", repr(value))  # a backend object: its name
+            out[f.name] = value
         return out
 
 
@@ -376,7 +380,13 @@ def assign_rewards(groups: list[TrajectoryGroup], config: TrainConfig) -> None:
         kwargs = {"judge": config.judge} if config.judge is not None else {}
         if config.rubric is not None:
             kwargs["rubric"] = config.rubric
-        scores = [s.score for s in judge.score_group(g.trajectories, **kwargs)]
+        judged = judge.score_group(g.trajectories, **kwargs)
+        if any(s.failed for s in judged):
+            # A failed judge call is reported, never turned into rewards: the step skips this group.
+            for t in g:
+                t.info["judge_failed"] = True
+            continue
+        scores = [s.score for s in judged]
         for t, score in zip(g, scores):
             w = 1.0 if config.reward == "judge" else config.mix_weight
             _set_reward(t, w * float(score) + (1 - w) * t.reward)
@@ -628,15 +638,17 @@ def rl_step(step: int, model, tokenizer, value_head, optimizer, train_tasks: lis
     assign_rewards(groups, config)
     row["seconds_reward"] = time.perf_counter() - t0
     all_trajs = [t for g in groups for t in g]
-    equal = [g for g in groups if len(set(g.rewards)) <= 1]
+    judge_failed = [g for g in groups if any(t.info.get("judge_failed") for t in g)]
+    equal = [g for g in groups if len(set(g.rewards)) <= 1 and g not in judge_failed]
     # Equal rewards give every member a zero group-relative advantage: no signal, so no gradient. The
     # critic still learns from them (its baseline is V, not the group mean).
-    keep = groups if config.credit == "critic" else [g for g in groups if g not in equal]
+    keep = [g for g in groups if g not in judge_failed and (config.credit == "critic" or g not in equal)]
     trajs = [t for g in keep for t in g]
     row.update({"reward": sum(t.reward for t in all_trajs) / len(all_trajs),
                 "success": sum(t.info["verifier_reward"] > 0.5 for t in all_trajs) / len(all_trajs),
                 "turns": sum(t.num_turns for t in all_trajs) / len(all_trajs),
-                "equal_reward_groups": len(equal), "skipped_groups": len(groups) - len(keep)})
+                "equal_reward_groups": len(equal), "judge_failed_groups": len(judge_failed),
+                "skipped_groups": len(groups) - len(keep)})
     if not trajs:
         row.update({"nonfinite": False, "skipped_update": True})
         return row

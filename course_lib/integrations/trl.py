@@ -1,0 +1,501 @@
+"""Our environments and rewards inside TRL's GRPOTrainer (TRL 1.16): the way to scale out.
+
+Two adapters, two ways of letting TRL run a multi-turn episode:
+
+* ``rollout_func`` (:func:`make_rollout_func`): TRL hands us the prompts of a generation batch and
+  our own batched rollout engine (`course_lib.rollout.rollout`) plays the episodes with TRL's model.
+  We return the prompt ids, the completion ids (everything after the prompt: actions *and*
+  observations, token-in/token-out), the sampling log-probs, and ``env_mask`` = our ``loss_mask`` on
+  the completion. TRL multiplies its completion mask by ``env_mask`` in the loss, so environment
+  tokens stay in the context and get no gradient, exactly as in our own trainer. The reward travels
+  as an extra field (``env_reward``) that :func:`verifier_reward` hands back to TRL.
+
+* ``environment_factory`` (:func:`make_trl_environment_factory`): TRL plays the episode itself
+  with its tool-calling loop. Our environment is wrapped in a class whose public methods are the
+  tools (one per ``env.tools`` plus ``answer``), ``reset(**row)`` starts the task of a dataset row
+  and ``get_reward()`` is our verifier. TRL builds the tool schema from the methods' signatures and
+  docstrings and masks the tool results out of the loss with its own ``tool_mask``. The chat
+  template must know tool calls: SmolLM2's does not, so :func:`tool_calling_tokenizer` gives the
+  tokenizer TRL's Qwen2.5 ChatML template (same ``<|im_start|>`` tokens, ``<tool_call>`` JSON like
+  our protocol).
+
+TRL's batching, in short: the sampler repeats every dataset row ``num_generations`` times in a row,
+so the prompts a rollout function receives already contain each prompt ``num_generations`` times
+(on several GPUs a group may be split across processes); the function returns one completion per
+prompt it received, and TRL normalises rewards over each block of ``num_generations``.
+
+Run it (one CPU, tiny)::
+
+    python -m course_lib.integrations.trl --env search_qa --steps 2
+
+Same command on N GPUs of one machine, one process per GPU (edit ``num_processes`` in the file)::
+
+    accelerate launch --config_file configs/accelerate_multi_gpu.yaml \\
+        -m course_lib.integrations.trl --env search_qa --steps 200 --num-generations 8 --batch-size 8
+
+``--adapter environment_factory`` switches to TRL's own tool loop; ``--help`` lists the sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from course_lib.envs import Environment, load_tasks, make_env
+from course_lib.protocol import Tool, format_answer, format_tool_call
+from course_lib.rollout import RolloutStats, rollout
+from course_lib.trajectory import Trajectory
+
+ADAPTERS = ("rollout_func", "environment_factory")
+_PYTHON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "object": dict, "array": list}
+ANSWER_TOOL_DOC = "Submit your final answer; this ends the episode."
+
+
+# ----- the data: one row per task -------------------------------------------------------------------
+
+
+def _prompt_messages(env: Environment, task: dict[str, Any], for_tool_calling: bool) -> list[dict[str, str]]:
+    first_observation = env.reset(task)
+    if for_tool_calling:
+        # TRL's chat template renders the tool schema itself; we only say how an episode ends.
+        system = f"{env.instructions.strip()}\nWhen you know the final answer, call the tool `answer`."
+    else:
+        system = env.system_prompt()  # our protocol: tools described in text, <tool_call> / <answer> tags
+    return [{"role": "system", "content": system}, {"role": "user", "content": first_observation}]
+
+
+def task_dataset(env_name: str, split: str = "train", limit: int | None = None, *,
+                 for_tool_calling: bool = False, tasks: list[dict[str, Any]] | None = None):
+    """A `datasets.Dataset` with one row per task: ``prompt``, ``task_id`` and ``task`` (JSON).
+
+    ``prompt`` is the conversation TRL starts from (system prompt + the task's first observation).
+    With ``for_tool_calling=False`` (the ``rollout_func`` adapter) it is exactly what our rollout
+    engine builds; with ``True`` (the ``environment_factory`` adapter) the system prompt leaves the tool
+    descriptions to TRL's chat template. The task itself is one JSON string column: task fields differ
+    between tasks (a directory, a grid), which Arrow columns cannot hold. For the ``rollout_func``
+    adapter a task whose prompt repeats an earlier task's is left out (see :class:`RolloutFunc`).
+    """
+    from datasets import Dataset
+
+    tasks = tasks if tasks is not None else load_tasks(env_name, split, limit)
+    env = make_env(env_name)
+    rows, seen = [], set()
+    try:
+        for task in tasks:
+            prompt = _prompt_messages(env, task, for_tool_calling)
+            if not for_tool_calling:
+                # TRL gives a rollout function the prompts only, so a prompt must name one task: a task
+                # whose prompt repeats an earlier one (lookup asks about the same agent twice) is left out.
+                if prompt_key(prompt) in seen:
+                    continue
+                seen.add(prompt_key(prompt))
+            rows.append({"prompt": prompt, "task_id": str(task["id"]), "task": json.dumps(task, sort_keys=True)})
+    finally:
+        env.close()
+    return Dataset.from_list(rows)
+
+
+# ----- adapter 1: environment_factory ----------------------------------------------------------------
+
+
+def _google_docstring(description: str, parameters: dict[str, tuple[str, str]]) -> str:
+    # transformers' get_json_schema reads the description and the `Args:` section (one line per argument).
+    lines = [description]
+    if parameters:
+        lines += ["", "Args:"] + [f"    {name}: {desc}" for name, (_, desc) in parameters.items()]
+    return "\n".join(lines)
+
+
+def _tool_method(tool: Tool, action: Callable[[dict[str, Any]], str] | None = None) -> Callable[..., str]:
+    """A method `tool.name(self, <arguments>) -> str` that plays one action in our environment.
+
+    action: the arguments -> the action text in our protocol (default: the canonical tool call).
+    """
+    action = action or (lambda arguments: format_tool_call(tool.name, arguments))
+
+    def method(self, **arguments: Any) -> str:
+        return self._play(action({k: v for k, v in arguments.items() if v is not None}))
+
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {"return": str}
+    for name, (json_type, _) in tool.parameters.items():
+        python_type = _PYTHON_TYPES.get(json_type, str)
+        optional = name in tool.optional
+        annotations[name] = python_type | None if optional else python_type
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None if optional else
+                                        inspect.Parameter.empty, annotation=annotations[name]))
+    method.__name__ = method.__qualname__ = tool.name
+    method.__doc__ = _google_docstring(tool.description, tool.parameters)
+    method.__annotations__ = annotations
+    method.__signature__ = inspect.Signature(params, return_annotation=str)
+    return method
+
+
+class TRLEnvironment:
+    """Base of the generated adapters: our `Environment` behind TRL's environment protocol.
+
+    Every tool call goes through ``env.step`` with the canonical tool-call text, so argument checks,
+    error observations and the turn limit are the environment's own. Internal names start with ``_``:
+    TRL turns every public method except ``reset`` and ``get_reward`` into a tool.
+    """
+
+    env_name = ""
+
+    def __init__(self, **env_options: Any):
+        self._env = make_env(self.env_name, **env_options)
+        self._reward: float | None = None
+
+    def reset(self, **row: Any) -> None:
+        """Start the task of a dataset row (its ``task`` column); the prompt already holds the question."""
+        task = json.loads(row["task"]) if isinstance(row["task"], str) else row["task"]
+        self._reward = None
+        self._env.reset(task)
+        return None
+
+    def _play(self, action_text: str) -> str:
+        if self._env.task is None:
+            return "Error: no episode is running."
+        if self._env.done:
+            return "The episode is over; no more tool calls are accepted."
+        result = self._env.step(action_text)
+        if result.done:
+            self._reward = result.reward
+            return (result.observation + "\n" if result.observation else "") + "The episode is over."
+        return result.observation
+
+    def get_reward(self) -> float:
+        """Our verifier: the episode's reward, or the score of the state where the model stopped."""
+        if self._reward is not None:
+            return self._reward
+        return float(self._env.score()) if self._env.task is not None else 0.0
+
+
+def make_trl_environment_factory(env_name: str, **env_options: Any) -> type[TRLEnvironment]:
+    """A class for ``GRPOTrainer(environment_factory=...)``: one public method per tool of `env_name`.
+
+    The class itself is the factory (TRL calls it with no arguments, once per concurrent rollout).
+    """
+    probe = make_env(env_name, **env_options)
+    try:
+        tools = list(probe.tools)
+    finally:
+        probe.close()
+    if any(t.name in ("answer", "reset", "get_reward") for t in tools):
+        raise ValueError(f"environment {env_name!r} has a tool named like an adapter method "
+                         "(answer, reset, get_reward); rename the tool")
+    answer = _tool_method(Tool("answer", ANSWER_TOOL_DOC, {"answer": ("string", "the final answer, short")}),
+                          action=lambda arguments: format_answer(str(arguments.get("answer", ""))))
+    members: dict[str, Any] = {tool.name: _tool_method(tool) for tool in tools}
+    members["answer"] = answer
+    members["env_name"] = env_name
+    members["__init__"] = lambda self: TRLEnvironment.__init__(self, **env_options)
+    members["__doc__"] = f"Our {env_name!r} environment as a TRL environment (tools: {', '.join(t.name for t in tools)}, answer)."
+    name = "".join(part.capitalize() for part in env_name.split("_")) + "TRLEnvironment"
+    return type(name, (TRLEnvironment,), members)
+
+
+def tool_schemas(factory: type[TRLEnvironment]) -> list[dict[str, Any]]:
+    """The JSON tool schemas TRL puts into the prompt for this adapter (via transformers' get_json_schema)."""
+    from transformers.utils import get_json_schema
+
+    instance = factory()
+    return [get_json_schema(getattr(instance, name))
+            for name, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
+            if not name.startswith("_") and name not in ("reset", "get_reward")]
+
+
+def tool_calling_tokenizer(tokenizer):
+    """Give a tokenizer whose chat template cannot render tool calls TRL's Qwen2.5 ChatML template.
+
+    TRL's tool loop needs a template that renders ``tool_calls`` and ``tool`` messages, and a response
+    parser for the model's tool calls; it knows parsers for a few templates only. SmolLM2 uses the
+    same ChatML tokens (<|im_start|>, <|im_end|>) as Qwen2.5, and Qwen's ``<tool_call>{json}</tool_call>``
+    is our protocol's syntax, so the swap changes the framing of tools, not the vocabulary.
+    """
+    from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
+
+    if not supports_tool_calling(tokenizer):
+        tokenizer.chat_template = qwen2_5_chat_template
+    return tokenizer
+
+
+# ----- adapter 2: rollout_func -----------------------------------------------------------------------
+
+
+def prompt_key(prompt: list[dict[str, str]] | str) -> str:
+    return json.dumps(prompt, sort_keys=True)
+
+
+def trajectory_completion(trajectory: Trajectory, end_of_turn_id: int | None = None) -> tuple[int, int]:
+    """(start, end) of the completion TRL trains on, as positions in ``trajectory.token_ids``.
+
+    start = the end of the prompt. end = just after the last model token, plus the end-of-turn token
+    if the template closes the turn with one: the closing tokens after it are context for nothing.
+    """
+    start = len(trajectory.prompt_ids)
+    model_positions = [i for i, m in enumerate(trajectory.loss_mask) if m]
+    end = (model_positions[-1] + 1) if model_positions else start
+    if end < len(trajectory.token_ids) and trajectory.token_ids[end] == end_of_turn_id:
+        end += 1
+    return start, end
+
+
+def trl_fields(trajectories: list[Trajectory], end_of_turn_id: int | None = None) -> dict[str, list]:
+    """What a TRL rollout function returns for our trajectories, one entry per trajectory.
+
+    ``env_mask`` is our ``loss_mask`` on the completion: TRL multiplies it into its loss mask.
+    """
+    out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
+                            "env_reward": [], "trajectory_messages": []}
+    for t in trajectories:
+        start, end = trajectory_completion(t, end_of_turn_id)
+        out["prompt_ids"].append(list(t.prompt_ids))
+        out["completion_ids"].append(t.token_ids[start:end])
+        out["logprobs"].append(t.logprobs[start:end])
+        out["env_mask"].append(t.loss_mask[start:end])
+        out["env_reward"].append(float(t.reward))
+        out["trajectory_messages"].append(t.messages)
+    return out
+
+
+def _runs(keys: list[str]) -> list[tuple[str, int]]:
+    """Consecutive runs of equal keys: [(key, length), ...]."""
+    out: list[tuple[str, int]] = []
+    for key in keys:
+        if out and out[-1][0] == key:
+            out[-1] = (key, out[-1][1] + 1)
+        else:
+            out.append((key, 1))
+    return out
+
+
+class RolloutFunc:
+    """``GRPOTrainer(rollout_func=...)`` backed by our batched rollout engine.
+
+    Call signature (TRL's): ``(prompts, trainer) -> dict`` with one entry per prompt received:
+    ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask`` (our loss mask on the completion),
+    ``env_reward`` (our verifier's reward) and ``trajectory_messages`` (for a judge). The last batch
+    of trajectories stays in ``last_trajectories`` (tests and notebooks compare masks with it).
+    """
+
+    def __init__(self, env_name: str, dataset, *, max_turns: int = 4, max_new_tokens: int = 48,
+                 temperature: float | None = None, max_context: int = 2048, seed: int = 0):
+        self.env_name = env_name
+        self.max_turns, self.max_new_tokens = max_turns, max_new_tokens
+        self.temperature = temperature  # None: the trainer's (the loss divides logits by the same one)
+        self.max_context, self.seed = max_context, seed
+        self.tasks_by_prompt: dict[str, dict[str, Any]] = {}
+        for row in dataset:
+            key, task = prompt_key(row["prompt"]), json.loads(row["task"])
+            known = self.tasks_by_prompt.setdefault(key, task)
+            if known["id"] != task["id"]:
+                raise ValueError(f"tasks {known['id']!r} and {task['id']!r} have the same prompt; the rollout "
+                                 "function finds a task by its prompt, so drop one of them from the dataset")
+        self.last_trajectories: list[Trajectory] = []
+        self.stats = RolloutStats()
+        self.calls = 0
+
+    def _task(self, key: str) -> dict[str, Any]:
+        if key not in self.tasks_by_prompt:
+            raise KeyError("a prompt from TRL is not in the rollout function's dataset; build both from the "
+                           "same task_dataset(...)")
+        return self.tasks_by_prompt[key]
+
+    def __call__(self, prompts: list, trainer) -> dict[str, list]:
+        from trl.models import unwrap_model_for_generation
+
+        from course_lib.models import end_of_turn_id
+
+        tokenizer = trainer.processing_class
+        runs = _runs([prompt_key(p) for p in prompts])
+        # TRL repeats each prompt num_generations times in a row; a group split across processes
+        # leaves runs of unequal length, then every prompt becomes its own group of one.
+        sizes = {n for _, n in runs}
+        if len(sizes) == 1:
+            tasks, group_size = [self._task(k) for k, _ in runs], sizes.pop()
+        else:
+            tasks, group_size = [self._task(k) for k, n in runs for _ in range(n)], 1
+        temperature = self.temperature if self.temperature is not None else trainer.temperature
+        # Fresh sampling seeds each step and on each process, reproducible from (seed, step, rank).
+        seed = (self.seed * 1_000_003 + trainer.state.global_step) * 64 + trainer.accelerator.process_index
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+            was_training = model.training
+            model.eval()
+            try:
+                groups = rollout(model, tokenizer, self.env_name, tasks, group_size=group_size,
+                                 max_turns=self.max_turns, max_new_tokens=self.max_new_tokens,
+                                 temperature=temperature, seed=seed, max_context=self.max_context,
+                                 progress=False, stats=self.stats)
+            finally:
+                model.train(was_training)
+        trajectories = [t for g in groups for t in g]
+        self.last_trajectories = trajectories
+        self.calls += 1
+        return trl_fields(trajectories, end_of_turn_id(tokenizer))
+
+
+def make_rollout_func(env_name: str, dataset, *, max_turns: int = 4, max_new_tokens: int = 48,
+                      temperature: float | None = None, max_context: int = 2048, seed: int = 0) -> RolloutFunc:
+    """A rollout function for ``GRPOTrainer(rollout_func=...)`` on `env_name`.
+
+    dataset: the rows TRL trains on (from :func:`task_dataset`); a prompt is mapped back to its task
+    through it, because TRL passes only the prompts. Group size is TRL's ``num_generations``.
+    """
+    return RolloutFunc(env_name, dataset, max_turns=max_turns, max_new_tokens=max_new_tokens,
+                       temperature=temperature, max_context=max_context, seed=seed)
+
+
+# ----- rewards ---------------------------------------------------------------------------------------
+
+
+def verifier_reward(prompts: list, completions: list, env_reward: list[float] | None = None,
+                    **kwargs: Any) -> list[float | None]:
+    """TRL reward function: the verifier's reward our rollout function computed (field ``env_reward``).
+
+    Returns None (TRL: not applicable) for rows without one.
+    """
+    if env_reward is None:
+        return [None] * len(prompts)
+    return [float(r) for r in env_reward]
+
+
+def make_judge_reward(judge, rubric: str | None = None, *, seed: int = 0) -> Callable[..., list[float]]:
+    """TRL reward function from our group judge (`course_lib.judge.score_group`).
+
+    Consecutive rows with the same prompt are one group (TRL's layout) and are judged together, each
+    trajectory whole (``trajectory_messages`` from our rollout function, else prompt + completion).
+    A failed group gives NaN scores, which TRL leaves out of its group statistics.
+    """
+    from course_lib.judge import DEFAULT_RUBRIC, score_group
+
+    def judge_reward(prompts: list, completions: list, trajectory_messages: list | None = None,
+                     **kwargs: Any) -> list[float]:
+        conversations = trajectory_messages or [
+            list(p) + (c if isinstance(c, list) else [{"role": "assistant", "content": c}])
+            for p, c in zip(prompts, completions)]
+        scores: list[float] = []
+        for _, n in _runs([prompt_key(p) for p in prompts]):
+            group = conversations[len(scores):len(scores) + n]
+            scores += [s.score for s in score_group(group, rubric or DEFAULT_RUBRIC, judge=judge, seed=seed)]
+        return scores
+
+    return judge_reward
+
+
+# ----- configuration and the trainer -----------------------------------------------------------------
+
+
+def grpo_config(output_dir: str = "runs/trl", *, steps: int = 2, num_generations: int = 2, batch_size: int = 2,
+                max_completion_length: int = 64, learning_rate: float = 2e-5, temperature: float = 1.0,
+                seed: int = 0, max_turns: int = 4, **overrides: Any):
+    """A `GRPOConfig` sized for this course, with the defaults that matter on a laptop spelled out.
+
+    batch_size: completions per device per optimizer step (so batch_size / num_generations prompts).
+    """
+    from trl import GRPOConfig
+
+    cuda = torch.cuda.is_available()
+    bf16 = cuda and torch.cuda.is_bf16_supported()
+    options: dict[str, Any] = dict(
+        output_dir=output_dir, max_steps=steps, num_generations=num_generations,
+        per_device_train_batch_size=batch_size, max_completion_length=max_completion_length,
+        learning_rate=learning_rate, temperature=temperature, seed=seed,
+        use_cpu=not cuda, bf16=bf16, fp16=cuda and not bf16,  # GRPOConfig defaults bf16=True: not on CPU
+        activation_checkpointing=False,  # GRPOConfig turns (gradient) checkpointing on; a 135M model does not need it
+        max_tool_calling_iterations=max(0, max_turns - 1),  # environment_factory: turns after the first
+        logging_steps=1, save_strategy="no", report_to="none", beta=0.0, loss_type="dapo",
+        lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0, disable_tqdm=True,
+    )
+    options.update(overrides)
+    return GRPOConfig(**options)
+
+
+def build_trainer(env_name: str = "search_qa", adapter: str = "rollout_func", *, model: str = "smollm2-135m",
+                  split: str = "train", limit: int | None = None, args=None, max_turns: int = 4,
+                  max_new_tokens: int = 48, judge=None, dataset=None):
+    """A ready `GRPOTrainer` on our environment, and the adapter object (RolloutFunc or the env class).
+
+    model: a course model name (`course_lib.models.resolve_model_path`) or a checkpoint folder.
+    args: a `GRPOConfig` (default: :func:`grpo_config`).
+    judge: a `course_lib.judge` backend; adds the judge as a second reward (rollout_func adapter).
+    """
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from course_lib.models import resolve_model_path
+
+    if adapter not in ADAPTERS:
+        raise ValueError(f"adapter {adapter!r} does not exist; adapters are: {', '.join(ADAPTERS)}")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # both adapters use TRL's experimental APIs knowingly
+    args = args if args is not None else grpo_config(max_turns=max_turns)
+    path = resolve_model_path(model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"  # TRL requires left padding
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tool_calling = adapter == "environment_factory"
+    if dataset is None:
+        dataset = task_dataset(env_name, split, limit, for_tool_calling=tool_calling)
+    if tool_calling:
+        factory = make_trl_environment_factory(env_name, max_turns=max_turns)
+        trainer = GRPOTrainer(model=path, args=args, train_dataset=dataset, processing_class=tool_calling_tokenizer(
+            tokenizer), environment_factory=factory)
+        return trainer, factory
+    rollout_func = make_rollout_func(env_name, dataset, max_turns=max_turns, max_new_tokens=max_new_tokens,
+                                     seed=args.seed)
+    rewards: list[Callable[..., list]] = [verifier_reward]
+    if judge is not None:
+        rewards.append(make_judge_reward(judge))
+    trainer = GRPOTrainer(model=path, args=args, train_dataset=dataset, processing_class=tokenizer,
+                          reward_funcs=rewards, rollout_func=rollout_func)
+    return trainer, rollout_func
+
+
+# ----- the CLI ---------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.integrations.trl",
+                                     description="GRPO with TRL's GRPOTrainer on a course environment.")
+    parser.add_argument("--env", default="search_qa", help="environment name (course_lib.envs.ENVIRONMENTS)")
+    parser.add_argument("--adapter", default="rollout_func", choices=ADAPTERS)
+    parser.add_argument("--model", default="smollm2-135m", help="course model name or checkpoint folder")
+    parser.add_argument("--steps", type=int, default=2, help="optimizer steps (GRPOConfig.max_steps)")
+    parser.add_argument("--num-generations", type=int, default=2, help="group size (rollouts per task)")
+    parser.add_argument("--batch-size", type=int, default=2, help="completions per device per step")
+    parser.add_argument("--max-turns", type=int, default=4, help="turn limit of an episode")
+    parser.add_argument("--max-new-tokens", type=int, default=48, help="token limit of one turn (rollout_func)")
+    parser.add_argument("--max-completion-length", type=int, default=192,
+                        help="token limit of a whole completion (environment_factory; dr_grpo's constant)")
+    parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N training tasks")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", default="runs/trl")
+    a = parser.parse_args(argv)
+    args = grpo_config(a.output_dir, steps=a.steps, num_generations=a.num_generations, batch_size=a.batch_size,
+                       max_completion_length=a.max_completion_length, learning_rate=a.lr, seed=a.seed,
+                       max_turns=a.max_turns)
+    trainer, _ = build_trainer(a.env, a.adapter, model=a.model, limit=a.limit, args=args,
+                               max_turns=a.max_turns, max_new_tokens=a.max_new_tokens)
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    logs = [row for row in trainer.state.log_history if "reward" in row]
+    summary = {"env": a.env, "adapter": a.adapter, "steps": trainer.state.global_step,
+               "seconds_per_step": seconds / max(1, trainer.state.global_step),
+               "reward_last_step": logs[-1]["reward"] if logs else None,
+               "processes": trainer.accelerator.num_processes}
+    if trainer.accelerator.is_main_process:
+        print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -8,6 +8,10 @@ BIN     = $(VENV)/bin
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
+# Notebooks whose fast run is verified under nbval. 05-09 and 11 are drafts: written against the
+# library, not yet executed end to end in fast mode (see README, "State of the notebooks").
+NOTEBOOKS ?= notebooks/00_setup.ipynb notebooks/01_agentic_setting.ipynb notebooks/02_environments.ipynb \
+             notebooks/03_trajectories_and_masks.ipynb notebooks/04_policy_loss.ipynb notebooks/10_reward_hacking.ipynb
 
 .PHONY: install demo test lab data lint clean-runs
 
@@ -29,7 +33,7 @@ demo: install
 
 test: install
 	$(BIN)/python -m course_lib.data --check
-	COURSE_FAST=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env --durations=15 $(PYTEST_ARGS) tests notebooks
+	COURSE_FAST=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env --durations=15 $(PYTEST_ARGS) tests $(NOTEBOOKS)
 
 lab: install
 	$(BIN)/jupyter lab notebooks/

@@ -53,8 +53,8 @@ class Preset:
 
 
 PRESETS = {
-    "tiny": Preset(steps=1, tasks_per_step=2, group_size=2, max_new_tokens=32, eval_tasks=2, eval_every=1,
-                   warm={"n_demos": 4, "steps": 1, "batch_size": 2}, max_turns=3),
+    "tiny": Preset(steps=1, tasks_per_step=1, group_size=2, max_new_tokens=16, eval_tasks=2, eval_every=1,
+                   warm={"n_demos": 2, "steps": 1, "batch_size": 2}, max_turns=2),
     "cpu": Preset(steps=12, tasks_per_step=4, group_size=4, max_new_tokens=48, eval_tasks=48, eval_every=4,
                   warm={"n_demos": 128, "steps": 24, "batch_size": 8}),
     "gpu": Preset(steps=60, tasks_per_step=16, group_size=8, max_new_tokens=64, eval_tasks=200, eval_every=10,

@@ -222,27 +222,50 @@ def _entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "assistant",
-             autocast_dtype: torch.dtype | None = None, max_grad_norm: float = 1.0) -> dict[str, float]:
+             autocast_dtype: torch.dtype | None = None, max_grad_norm: float = 1.0,
+             token_budget: int = 2048) -> dict[str, float]:
     """One supervised update on demonstrations; mask="assistant" trains on the model's turns only
-    (the trajectory's `loss_mask`), mask="none" on every token (the ablation of notebook 03)."""
+    (the trajectory's `loss_mask`), mask="none" on every token (the ablation of notebook 03).
+
+    The batch is cut into micro-batches of at most `token_budget` padded tokens (`pack_by_length`);
+    each micro-batch's mean loss is weighted by its share of the trained tokens, so the accumulated
+    gradient equals that of the whole batch's mean loss while memory stays bounded (long gridworld
+    episodes at batch 8 would otherwise hold tens of GB of activations).
+    """
     if mask not in ("assistant", "none"):
         raise ValueError(f"mask must be 'assistant' or 'none', got {mask!r}")
     device = next(model.parameters()).device
-    batch = collate(trajectories)
+
+    def trained(t: Trajectory) -> int:  # targets are positions 1..T-1
+        return sum(t.loss_mask[1:]) if mask == "assistant" else len(t.token_ids) - 1
+
+    total = sum(trained(t) for t in trajectories)
+    if total == 0:
+        raise ValueError("no trained tokens in this batch (empty loss mask)")
     model.train()
-    with autocast_context(device, autocast_dtype):
-        logits = model(input_ids=batch["input_ids"].to(device),
-                       attention_mask=batch["attention_mask"].to(device)).logits
-    loss_mask = batch["loss_mask"] if mask == "assistant" else None
-    loss, stats = sft_loss(logits, batch["input_ids"].to(device),
-                           None if loss_mask is None else loss_mask.to(device),
-                           attention_mask=batch["attention_mask"].to(device))
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+    sums = {"loss": 0.0, "accuracy": 0.0}
+    for rows in pack_by_length([len(t.token_ids) for t in trajectories], token_budget):
+        part = [trajectories[i] for i in rows]
+        share = sum(trained(t) for t in part) / total
+        if share == 0:
+            continue
+        batch = collate(part)
+        with autocast_context(device, autocast_dtype):
+            logits = model(input_ids=batch["input_ids"].to(device),
+                           attention_mask=batch["attention_mask"].to(device)).logits
+        loss_mask = batch["loss_mask"] if mask == "assistant" else None
+        loss, stats = sft_loss(logits, batch["input_ids"].to(device),
+                               None if loss_mask is None else loss_mask.to(device),
+                               attention_mask=batch["attention_mask"].to(device))
+        (loss * share).backward()
+        sums["loss"] += stats["loss"] * share
+        sums["accuracy"] += stats["accuracy"] * share
+        del logits, loss
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
     optimizer.step()
     model.eval()
-    return stats
+    return {**sums, "tokens": float(total), "grad_norm": grad_norm}
 
 
 def _filter_tasks(tasks: list[dict], task_filter: dict[str, Any] | None) -> list[dict]:

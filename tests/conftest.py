@@ -6,7 +6,7 @@ import pytest
 import torch
 
 os.environ.setdefault("COURSE_FAST", "1")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+torch.set_num_threads(int(os.environ.get("COURSE_THREADS", max(1, min(2, os.cpu_count() or 1)))))
 
 
 @pytest.fixture(scope="session")

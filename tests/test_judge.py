@@ -267,3 +267,37 @@ def test_summarize_env_needs_the_judge(tokenizer):
     demos = expert_rollout(tokenizer, SummarizeEnv, tasks)
     assert all(d.reward == 0.0 and d.info["needs_judge"] for d in demos)
     assert tasks[0]["subject"] in demos[0].messages[-1]["content"]
+
+
+# ----- training with the judge --------------------------------------------------------------------------
+
+
+def _judge_run(tmp_path, **overrides):
+    from course_lib.train import TrainConfig, read_metrics, train
+
+    config = TrainConfig(**{**dict(env="summarize", run_dir=str(tmp_path / "run"), steps=2, tasks_per_step=2,
+                                   group_size=2, max_turns=2, max_new_tokens=16, eval_every=0, eval_tasks=0,
+                                   checkpoint_every=0, progress=False, reward="judge"), **overrides})
+    result = train(config)
+    return result, [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
+
+
+def test_rl_run_rewarded_only_by_the_local_judge(tmp_path, policy):
+    """summarize has no verifier: every reward of this short RL run comes from the embedded model as judge."""
+    model, tokenizer = policy
+    judge = LocalJudge(model=model, tokenizer=tokenizer, mode="logprob")
+    result, rows = _judge_run(tmp_path, judge=judge)
+    assert result["step"] == 2 and len(rows) == 2
+    for r in rows:
+        assert r["judge_failed_groups"] == 0 and 0.0 <= r["reward"] <= 1.0
+    # logprob scores are continuous, so a group almost never ties: at least one update really happened
+    assert any(not r.get("skipped_update") for r in rows)
+    assert all(r["success"] == 0.0 for r in rows)  # success still comes from the verifier, which has none
+
+
+def test_rl_run_with_a_judge_that_answers_garbage_skips_and_counts(tmp_path):
+    """A judge that never answers in JSON: each group is re-asked, then counted as failed and not trained on."""
+    garbage = ScriptedJudge(lambda messages, call: "I like all of them!")
+    result, rows = _judge_run(tmp_path, judge=garbage, model="smollm2-135m", steps=1)
+    assert rows[0]["judge_failed_groups"] == 2 and rows[0].get("skipped_update")
+    assert len(garbage.calls) > 2  # retried before giving up

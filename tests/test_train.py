@@ -74,6 +74,21 @@ def test_sft_step_reduces_masked_loss():
     assert after < before - 0.1, (before, after)
 
 
+def test_sft_step_micro_batches_give_the_full_batch_gradient():
+    """Cutting the batch into micro-batches (to bound memory) must not change the update."""
+    model, tokenizer = load_policy("smollm2-135m", device="cpu")
+    demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:3])
+    assert len({len(d.token_ids) for d in demos}) > 1  # rows of different lengths: the weighting matters
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the step leaves the weights alone
+    grads, losses = [], []
+    for budget in (10**9, 1):  # one micro-batch, then one row per micro-batch
+        stats = sft_step(model, optimizer, demos, mask="assistant", token_budget=budget, max_grad_norm=1e9)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        losses.append(stats["loss"])
+    assert abs(losses[0] - losses[1]) < 1e-5
+    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize("credit", ["outcome", "gigpo", "turn", "critic"])
 def test_one_rl_step_per_credit(tmp_path, credit):
     config = _tiny(tmp_path, credit=credit, reward_fn=_first_wins, ppo_epochs=2 if credit == "critic" else 1)

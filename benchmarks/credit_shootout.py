@@ -31,7 +31,7 @@ from course_lib.credit import step_group_sizes
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
 from course_lib.rollout import rollout
-from course_lib.train import TrainConfig, ensure_warm_start, read_metrics, runs_dir, train
+from course_lib.train import TrainConfig, ensure_warm_start, evaluate, read_metrics, runs_dir, train
 
 METHODS = ("outcome", "gigpo", "turn", "critic")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -46,7 +46,7 @@ class Preset:
     group_size: int  # rollouts per task
     max_new_tokens: int  # tokens per model turn
     eval_tasks: int  # held-out tasks per evaluation
-    eval_every: int  # evaluation period in steps
+    eval_every: int  # evaluation period in steps (0: at the end only; step 0 is the shared start_eval)
     warm: dict = field(default_factory=dict)  # warm-start options (shared by all methods)
     lr: float = 2e-5
     max_turns: int | None = None  # None: the environment's turn limit below; the tiny preset shortens it
@@ -55,14 +55,18 @@ class Preset:
 PRESETS = {
     "tiny": Preset(steps=1, tasks_per_step=1, group_size=2, max_new_tokens=16, eval_tasks=2, eval_every=1,
                    warm={"n_demos": 2, "steps": 1, "batch_size": 2}, max_turns=2),
-    "cpu": Preset(steps=12, tasks_per_step=4, group_size=4, max_new_tokens=48, eval_tasks=48, eval_every=4,
-                  warm={"n_demos": 128, "steps": 24, "batch_size": 8}),
+    # cpu: sized so that 2 environments x 4 methods x 3 seeds run in about an hour and a half on one core of a
+    # 2-core machine (measured there: ~200 trained tokens/s and ~10 s per greedy gridworld episode per core).
+    # A short budget: its table says what 32 rollouts of RL per run can and cannot show, not what the
+    # methods reach. The warm start is three times the notebooks' fast one, so that groups have mixed rewards.
+    "cpu": Preset(steps=4, tasks_per_step=2, group_size=4, max_new_tokens=32, eval_tasks=16, eval_every=0,
+                  warm={"n_demos": 96, "steps": 24, "batch_size": 4, "lr": 1e-4}, lr=4e-5),
     "gpu": Preset(steps=60, tasks_per_step=16, group_size=8, max_new_tokens=64, eval_tasks=200, eval_every=10,
                   warm={"n_demos": 512, "steps": 96, "batch_size": 16}),
 }
 # Per environment: turn limit, and the task filter that leaves RL room above the warm start.
 ENV_OPTIONS = {
-    "gridworld": {"max_turns": 12, "warm_filter": None, "rl_filter": None},
+    "gridworld": {"max_turns": 6, "warm_filter": {"size": 4}, "rl_filter": {"size": 4}},
     "search_qa": {"max_turns": 4, "warm_filter": {"hops": 1}, "rl_filter": {"hops": 2}},
 }
 
@@ -76,18 +80,59 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float, flo
     return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
 
 
-def run_one(size: str, env: str, method: str, seed: int, warm_path: Path) -> dict:
-    """One training run (skipped when its result.json exists); returns its result."""
+def start_eval(size: str, env: str, warm_path: Path) -> dict:
+    """Held-out success of the warm start, i.e. step 0 of every run of this environment: greedy decoding
+    from one checkpoint gives the same result for every method and seed, so it is computed once."""
+    path = runs_dir() / "shootout" / size / env / "start_eval.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    preset, opts = PRESETS[size], ENV_OPTIONS[env]
+    t0 = time.perf_counter()
+    result = evaluate(str(warm_path), env, n_tasks=preset.eval_tasks, task_filter=opts["rl_filter"],
+                      max_turns=preset.max_turns or opts["max_turns"], max_new_tokens=preset.max_new_tokens)
+    result["seconds"] = time.perf_counter() - t0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    return result
+
+
+def claim(run_dir: Path) -> bool:
+    """Take a run for this process (several workers can share the job list): False when another live
+    process holds it. A claim left by a dead process is taken over."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "claimed_by"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(path.read_text() or 0)
+                os.kill(pid, 0)  # raises when no such process
+                return pid == os.getpid()
+            except (ValueError, ProcessLookupError):
+                path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        return True
+    return False
+
+
+def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start: dict) -> dict | None:
+    """One training run (skipped when its result.json exists); returns its result, or None when
+    another worker is running it."""
     preset, opts = PRESETS[size], ENV_OPTIONS[env]
     run_dir = runs_dir() / "shootout" / size / env / method / f"seed{seed}"
     result_path = run_dir / "result.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
+    if not claim(run_dir):
+        return None
     config = TrainConfig(env=env, model=str(warm_path), run_dir=str(run_dir), credit=method, steps=preset.steps,
                          tasks_per_step=preset.tasks_per_step, group_size=preset.group_size,
                          max_turns=preset.max_turns or opts["max_turns"], max_new_tokens=preset.max_new_tokens, lr=preset.lr,
                          eval_every=preset.eval_every, eval_tasks=preset.eval_tasks,
-                         checkpoint_every=preset.eval_every, seed=seed, task_filter=opts["rl_filter"],
+                         checkpoint_every=preset.eval_every or 2, seed=seed, task_filter=opts["rl_filter"],
                          progress=False)
     t0 = time.perf_counter()
     train(config)
@@ -98,15 +143,19 @@ def run_one(size: str, env: str, method: str, seed: int, warm_path: Path) -> dic
     for r in train_rows:
         sizes.update({int(k): v for k, v in (r.get("step_group_sizes") or {}).items()})
     result = {"env": env, "method": method, "seed": seed, "size": size,
-              "curve": [(r["step"], r["success"]) for r in evals], "final": evals[-1]["success"],
+              "curve": [(0, start["success"])] + [(r["step"], r["success"]) for r in evals if r["step"] > 0],
+              "final": evals[-1]["success"],
               "seconds": time.perf_counter() - t0, "train_tokens": sum(r.get("train_tokens", 0) for r in train_rows),
               "step_group_sizes": dict(sizes)}
     result_path.write_text(json.dumps(result))
     return result
 
 
-def step_group_stats(env: str, warm_path: Path, preset: Preset, seed: int = 0) -> dict:
-    """GiGPO's step groups on rollouts of the warm-start model: how often states recur."""
+def step_group_stats(env: str, warm_path: Path, preset: Preset, size: str, seed: int = 0) -> dict:
+    """GiGPO's step groups on rollouts of the warm-start model: how often states recur (cached per env)."""
+    path = runs_dir() / "shootout" / size / env / "group_stats.json"
+    if path.exists():
+        return json.loads(path.read_text())
     model, tokenizer = load_policy(str(warm_path))
     tasks = load_tasks(env, "train")[: preset.tasks_per_step]
     groups = rollout(model, tokenizer, env, tasks, group_size=preset.group_size,
@@ -116,8 +165,11 @@ def step_group_stats(env: str, warm_path: Path, preset: Preset, seed: int = 0) -
     group_ids = [t.group_id for g in groups for t in g for _ in t.steps]
     sizes = step_group_sizes(anchors, group_ids)
     rows_in_shared = sum(s for s in sizes if s >= 2)
-    return {"rows": len(anchors), "fraction_in_groups_ge2": rows_in_shared / max(1, len(anchors)),
-            "histogram": dict(sorted(Counter(sizes).items()))}
+    stats = {"rows": len(anchors), "fraction_in_groups_ge2": rows_in_shared / max(1, len(anchors)),
+             "histogram": {str(k): v for k, v in sorted(Counter(sizes).items())}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(stats))
+    return stats
 
 
 def machine() -> str:
@@ -153,6 +205,11 @@ def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path
              "| environment | method | success | 95% interval | seeds | wall time (s) | train tokens |",
              "|---|---|---|---|---|---|---|"]
     for env in envs:
+        start_path = runs_dir() / "shootout" / size / env / "start_eval.json"
+        if start_path.exists():
+            st = json.loads(start_path.read_text())
+            lines.append(f"| {env} | *warm start (step 0)* | {st['success']:.3f} | [{st['ci_low']:.3f}, {st['ci_high']:.3f}] "
+                         f"(Wilson, {st['n']} tasks) | - | - | - |")
         for m in methods:
             rs = [r for r in results if r["env"] == env and r["method"] == m]
             if not rs:
@@ -166,7 +223,11 @@ def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path
               "with another row of the same group. GiGPO's step-level advantage is zero for singleton groups.", "",
               "| environment | step rows | fraction in groups of size >= 2 | group-size histogram (size: count) |",
               "|---|---|---|---|"]
-    for env, s in group_stats.items():
+    for env in envs:  # cached by every invocation that ran this environment
+        path = runs_dir() / "shootout" / size / env / "group_stats.json"
+        if env not in group_stats and path.exists():
+            group_stats[env] = json.loads(path.read_text())
+    for env, s in sorted(group_stats.items()):
         lines.append(f"| {env} | {s['rows']} | {s['fraction_in_groups_ge2']:.2f} | "
                      f"{', '.join(f'{k}: {v}' for k, v in s['histogram'].items())} |")
     out_md.write_text("\n".join(lines) + "\n")
@@ -204,10 +265,15 @@ def main(argv: list[str] | None = None) -> dict:
     results, group_stats = [], {}
     for env in args.envs:
         warm = ensure_warm_start(env, task_filter=ENV_OPTIONS[env]["warm_filter"], progress=False, **preset.warm)
-        group_stats[env] = step_group_stats(env, warm, preset)
+        group_stats[env] = step_group_stats(env, warm, preset, args.size)
+        start = start_eval(args.size, env, warm)
+        print(f"{env:<10} warm start: held-out success {start['success']:.3f} on {start['n']} tasks", flush=True)
         for method in args.methods:
             for seed in args.seeds:
-                r = run_one(args.size, env, method, seed, warm)
+                r = run_one(args.size, env, method, seed, warm, start)
+                if r is None:
+                    print(f"{env:<10} {method:<8} seed {seed}: another worker is running it", flush=True)
+                    continue
                 print(f"{env:<10} {method:<8} seed {seed}: final success {r['final']:.3f} ({r['seconds']:.0f} s)",
                       flush=True)
                 results.append(r)

@@ -67,7 +67,7 @@ PRESETS = {
 # Per environment: turn limit, and the task filter that leaves RL room above the warm start.
 ENV_OPTIONS = {
     "gridworld": {"max_turns": 6, "warm_filter": {"size": 4}, "rl_filter": {"size": 4}},
-    "search_qa": {"max_turns": 4, "warm_filter": {"hops": 1}, "rl_filter": {"hops": 2}},
+    "search_qa": {"max_turns": 4, "warm_filter": {"hops": 1}, "rl_filter": None},  # RL: one- and two-hop
 }
 
 
@@ -184,6 +184,12 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}"
 
 
+def train_rows(size: str, result: dict) -> list[dict]:
+    """The training-step metrics of one finished run."""
+    run_dir = runs_dir() / "shootout" / size / result["env"] / result["method"] / f"seed{result['seed']}"
+    return [r for r in read_metrics(run_dir) if r["kind"] == "train"]
+
+
 def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path, out_png: Path) -> None:
     import matplotlib
 
@@ -202,22 +208,29 @@ def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path
              "(greedy). Every run starts from the same warm start of its environment.", "",
              "Final held-out success: mean over seeds with a 95% t-interval (seeds in brackets); wall time and "
              "training tokens are means per run.", "",
-             "| environment | method | success | 95% interval | seeds | wall time (s) | train tokens |",
-             "|---|---|---|---|---|---|---|"]
+             "Groups without signal: the share of sampled groups whose rollouts all got the same reward (their "
+             "outcome advantage is zero; the trainer skips them for every method but the critic); updates: "
+             "optimizer steps taken out of the steps run, summed over seeds.", "",
+             "| environment | method | success | 95% interval | seeds | groups without signal | updates | "
+             "wall time (s) | train tokens |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for env in envs:
         start_path = runs_dir() / "shootout" / size / env / "start_eval.json"
         if start_path.exists():
             st = json.loads(start_path.read_text())
             lines.append(f"| {env} | *warm start (step 0)* | {st['success']:.3f} | [{st['ci_low']:.3f}, {st['ci_high']:.3f}] "
-                         f"(Wilson, {st['n']} tasks) | - | - | - |")
+                         f"(Wilson, {st['n']} tasks) | - | - | - | - | - |")
         for m in methods:
             rs = [r for r in results if r["env"] == env and r["method"] == m]
             if not rs:
                 continue
             mean, lo, hi = mean_ci([r["final"] for r in rs])
+            rows = [row for r in rs for row in train_rows(size, r)]
+            no_signal = sum(row.get("equal_reward_groups", 0) for row in rows) / max(1, len(rows) * preset.tasks_per_step)
+            updates = sum(not row.get("skipped_update") for row in rows)
             lines.append(f"| {env} | {m} | {mean:.3f} | [{lo:.3f}, {hi:.3f}] | {len(rs)} "
-                         f"({', '.join(str(r['seed']) for r in rs)}) | {np.mean([r['seconds'] for r in rs]):.0f} | "
-                         f"{np.mean([r['train_tokens'] for r in rs]):.0f} |")
+                         f"({', '.join(str(r['seed']) for r in rs)}) | {no_signal:.2f} | {updates}/{len(rows)} | "
+                         f"{np.mean([r['seconds'] for r in rs]):.0f} | {np.mean([r['train_tokens'] for r in rs]):.0f} |")
     lines += ["", "## GiGPO step groups", "",
               "Rollouts of the warm-start model (one step's batch): how many step rows share their anchor state "
               "with another row of the same group. GiGPO's step-level advantage is zero for singleton groups.", "",

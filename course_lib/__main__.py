@@ -24,6 +24,8 @@ from typing import Any
 import torch
 
 from course_lib.envs import load_tasks
+from course_lib.models import load_policy
+from course_lib.rollout import rollout
 from course_lib.train import (
     TrainConfig,
     ensure_warm_start,
@@ -33,6 +35,7 @@ from course_lib.train import (
     train,
     warm_start,
 )
+from course_lib.viz import mask_text
 
 _SKIP = {"turn_reward_fn", "reward_fn", "loss_hook"}  # Python callables: set them from code, not the command line
 
@@ -131,6 +134,18 @@ def _verdict(warm: dict, final: dict) -> str:
     return "RL did NOT improve on the warm start with this budget."
 
 
+def held_out_episode(model_path: Path, task: dict, sizes: types.SimpleNamespace) -> str:
+    """One greedy episode of the model at `model_path` on `task`, as mask text, with its outcome."""
+    model, tokenizer = load_policy(str(model_path))
+    (group,) = rollout(model, tokenizer, "search_qa", [task], group_size=1, max_turns=sizes.max_turns,
+                       max_new_tokens=sizes.max_new_tokens, temperature=0.0, seed=0, progress=False)
+    trajectory = group.trajectories[0]
+    outcome = "success" if trajectory.success else "failure"
+    return (f"question: {task['question']}\nexpected answer: {task['answer']}\n\n"
+            f"{mask_text(trajectory, tokenizer, show_prompt=False)}\n\n"
+            f"-> {outcome} (reward {trajectory.reward:.2f}, {len(trajectory.steps)} turns)")
+
+
 def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int = 0) -> dict:
     """Warm start on (mostly one-hop) search_qa demonstrations, then outcome-credit RL on two-hop questions.
 
@@ -173,6 +188,10 @@ def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int 
     print(verdict)
 
     plot_learning_curve(run_dir / "rl", base, warm, run_dir / "learning_curve.png")
+    episode = held_out_episode(Path(config.run_dir) / "checkpoint" / "model", two_hop_test[0], sizes)
+    print("One held-out episode of the trained model ([[ ]] = model tokens, loss mask 1; the rest is context):")
+    print(episode)
+    (run_dir / "episode.txt").write_text(episode + "\n")
     total = time.time() - t_start
     report = f"""# Demo: warm start, then RL, on search_qa (SmolLM2-135M-Instruct)
 
@@ -194,7 +213,7 @@ or 0 when reused from {warm_path}). RL: outcome credit (GRPO advantages, DAPO lo
 evaluations included).
 Total wall time {total / 60:.1f} min. Fast mode: {fast}. Seed: {seed}.
 
-Learning curve: learning_curve.png; per-step metrics: rl/metrics.jsonl.
+Learning curve: learning_curve.png; per-step metrics: rl/metrics.jsonl; one held-out episode: episode.txt.
 """
     (run_dir / "report.md").write_text(report)
     print(f"Report: {run_dir / 'report.md'}; plot: {run_dir / 'learning_curve.png'}; {total / 60:.1f} min in all.")

@@ -21,7 +21,7 @@ import time
 import torch
 
 from course_lib.judge import JUDGE_METRICS, LocalJudge, OpenAIJudge, judge_agreement, verifier_groups
-from course_lib.models import load_policy
+from course_lib.models import course_threads, load_policy
 
 
 def fmt(x: float) -> str:
@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--rollout-tokens", type=int, default=64, help="max new tokens per policy turn")
     args = parser.parse_args()
 
-    torch.set_num_threads(int(os.environ.get("COURSE_THREADS", max(1, min(4, os.cpu_count() or 1)))))
+    torch.set_num_threads(course_threads())
     model, tokenizer = load_policy(device="cpu" if not torch.cuda.is_available() else None)
     judges = [LocalJudge(model=model, tokenizer=tokenizer, mode="logprob"),
               LocalJudge(model=model, tokenizer=tokenizer, mode="group")]

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from course_lib.envs import load_tasks
-from course_lib.models import load_policy
+from course_lib.models import course_threads, load_policy
 from course_lib.rollout import rollout
 from course_lib.train import (
     TrainConfig,
@@ -226,7 +226,7 @@ Learning curve: learning_curve.png; per-step metrics: rl/metrics.jsonl; one held
 
 
 def main(argv: list[str] | None = None) -> int:
-    torch.set_num_threads(int(os.environ.get("COURSE_THREADS", min(2, os.cpu_count() or 1))))
+    torch.set_num_threads(course_threads())
     parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _add_config_options(sub.add_parser("train", help="RL training (resumes an existing run dir)"))

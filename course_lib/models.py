@@ -34,6 +34,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("COURSE_CACHE", Path.home() / ".cache" / "course_lib"))
 
 
+def course_threads(cap: int = 8) -> int:
+    """CPU threads for torch: $COURSE_THREADS when set (e.g. 1 when other jobs share the cores), else every
+    core up to `cap` (more threads than cores is what makes a shared 2-core machine crawl)."""
+    value = os.environ.get("COURSE_THREADS")
+    if value is not None:
+        if not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"COURSE_THREADS must be a positive integer, got {value!r}")
+        return int(value)
+    return max(1, min(os.cpu_count() or 1, cap))
+
+
 def pick_device(device: str | None = None) -> torch.device:
     """CUDA when present, else CPU (MPS is left out: its bf16 and sampling support is uneven)."""
     if device is not None:

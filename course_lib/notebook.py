@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from course_lib import fast_mode
-from course_lib.models import pick_device, pick_dtype
+from course_lib.models import course_threads, pick_device, pick_dtype
 
 
 def seed_everything(seed: int) -> None:
@@ -25,8 +25,8 @@ def seed_everything(seed: int) -> None:
 def course_setup(seed: int = 0, threads: int | None = None) -> dict:
     """Seed everything, pick the device, print one line a learner can quote when asking for help."""
     seed_everything(seed)
-    if threads is None:  # COURSE_THREADS caps it, e.g. when another job shares the cores
-        threads = int(os.environ.get("COURSE_THREADS", min(os.cpu_count() or 1, 8)))
+    if threads is None:
+        threads = course_threads()
     torch.set_num_threads(threads)
     device = pick_device()
     weight_dtype, autocast = pick_dtype(device)

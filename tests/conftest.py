@@ -5,8 +5,10 @@ import os
 import pytest
 import torch
 
+from course_lib.models import course_threads
+
 os.environ.setdefault("COURSE_FAST", "1")
-torch.set_num_threads(int(os.environ.get("COURSE_THREADS", max(1, min(2, os.cpu_count() or 1)))))
+torch.set_num_threads(course_threads())
 
 
 @pytest.fixture(scope="session")

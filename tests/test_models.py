@@ -1,0 +1,38 @@
+"""The embedded model's cache, device/dtype choice, thread count and the offline error for hub names."""
+
+import json
+
+import pytest
+import torch
+
+from course_lib.models import EMBEDDED, course_threads, embedded_checkpoint, load_policy, pick_dtype
+
+
+def test_hub_name_offline_gives_an_error_naming_the_embedded_default(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match=EMBEDDED):
+        load_policy("qwen2.5-0.5b")
+
+
+def test_cached_embedded_checkpoint_is_a_plain_fp32_model():
+    path = embedded_checkpoint(verbose=False)
+    config = json.loads((path / "config.json").read_text())
+    assert "quantization_config" not in config  # dropped before saving, or save_pretrained would have refused
+    assert (path / "model.safetensors").stat().st_size > 400e6  # 135M fp32 weights, not the 4-bit GGUF
+
+
+def test_dtype_choice_per_device():
+    cpu = torch.device("cpu")
+    assert pick_dtype(cpu) == (torch.float32, None)
+    assert pick_dtype(cpu, "bf16-autocast") == (torch.float32, torch.bfloat16)
+    assert pick_dtype(cpu, torch.bfloat16) == (torch.bfloat16, None)
+
+
+def test_course_threads_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("COURSE_THREADS", "3")
+    assert course_threads() == 3
+    monkeypatch.delenv("COURSE_THREADS")
+    assert 1 <= course_threads(cap=2) <= 2
+    monkeypatch.setenv("COURSE_THREADS", "two")
+    with pytest.raises(ValueError, match="COURSE_THREADS"):
+        course_threads()

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -31,7 +32,15 @@ from course_lib.credit import step_group_sizes
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
 from course_lib.rollout import rollout
-from course_lib.train import TrainConfig, ensure_warm_start, evaluate, read_metrics, runs_dir, train
+from course_lib.train import (
+    TrainConfig,
+    ensure_warm_start,
+    evaluate,
+    filter_tasks,
+    read_metrics,
+    runs_dir,
+    train,
+)
 
 METHODS = ("outcome", "gigpo", "turn", "critic")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -80,20 +89,37 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float, flo
     return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
 
 
-def start_eval(size: str, env: str, warm_path: Path) -> dict:
-    """Held-out success of the warm start, i.e. step 0 of every run of this environment: greedy decoding
-    from one checkpoint gives the same result for every method and seed, so it is computed once."""
-    path = runs_dir() / "shootout" / size / env / "start_eval.json"
+def env_dir(size: str, env: str) -> Path:
+    """runs/shootout/<size>/<env>: the cached per-environment results and every run of that environment."""
+    return runs_dir() / "shootout" / size / env
+
+
+def run_dir_of(size: str, env: str, method: str, seed: int) -> Path:
+    return env_dir(size, env) / method / f"seed{seed}"
+
+
+def cached_json(path: Path, compute) -> dict:
+    """json.load(path) when it exists; else compute(), written to path (so reruns and other workers reuse it)."""
     if path.exists():
         return json.loads(path.read_text())
-    preset, opts = PRESETS[size], ENV_OPTIONS[env]
-    t0 = time.perf_counter()
-    result = evaluate(str(warm_path), env, n_tasks=preset.eval_tasks, task_filter=opts["rl_filter"],
-                      max_turns=preset.max_turns or opts["max_turns"], max_new_tokens=preset.max_new_tokens)
-    result["seconds"] = time.perf_counter() - t0
+    result = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))
     return result
+
+
+def start_eval(size: str, env: str, warm_path: Path) -> dict:
+    """Held-out success of the warm start, i.e. step 0 of every run of this environment: greedy decoding
+    from one checkpoint gives the same result for every method and seed, so it is computed once."""
+    preset, opts = PRESETS[size], ENV_OPTIONS[env]
+
+    def compute() -> dict:
+        t0 = time.perf_counter()
+        result = evaluate(str(warm_path), env, n_tasks=preset.eval_tasks, task_filter=opts["rl_filter"],
+                          max_turns=preset.max_turns or opts["max_turns"], max_new_tokens=preset.max_new_tokens)
+        return {**result, "seconds": time.perf_counter() - t0}
+
+    return cached_json(env_dir(size, env) / "start_eval.json", compute)
 
 
 def claim(run_dir: Path) -> bool:
@@ -122,7 +148,7 @@ def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start:
     """One training run (skipped when its result.json exists); returns its result, or None when
     another worker is running it."""
     preset, opts = PRESETS[size], ENV_OPTIONS[env]
-    run_dir = runs_dir() / "shootout" / size / env / method / f"seed{seed}"
+    run_dir = run_dir_of(size, env, method, seed)
     result_path = run_dir / "result.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
@@ -148,28 +174,27 @@ def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start:
               "seconds": time.perf_counter() - t0, "train_tokens": sum(r.get("train_tokens", 0) for r in train_rows),
               "step_group_sizes": dict(sizes)}
     result_path.write_text(json.dumps(result))
+    shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)  # ~0.5-1.5 GB each; the result and metrics stay
     return result
 
 
 def step_group_stats(env: str, warm_path: Path, preset: Preset, size: str, seed: int = 0) -> dict:
-    """GiGPO's step groups on rollouts of the warm-start model: how often states recur (cached per env)."""
-    path = runs_dir() / "shootout" / size / env / "group_stats.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    model, tokenizer = load_policy(str(warm_path))
-    tasks = load_tasks(env, "train")[: preset.tasks_per_step]
-    groups = rollout(model, tokenizer, env, tasks, group_size=preset.group_size,
-                     max_turns=preset.max_turns or ENV_OPTIONS[env]["max_turns"], max_new_tokens=preset.max_new_tokens,
-                     temperature=1.0, seed=seed, progress=False)
-    anchors = [s.anchor for g in groups for t in g for s in t.steps]
-    group_ids = [t.group_id for g in groups for t in g for _ in t.steps]
-    sizes = step_group_sizes(anchors, group_ids)
-    rows_in_shared = sum(s for s in sizes if s >= 2)
-    stats = {"rows": len(anchors), "fraction_in_groups_ge2": rows_in_shared / max(1, len(anchors)),
-             "histogram": {str(k): v for k, v in sorted(Counter(sizes).items())}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stats))
-    return stats
+    """GiGPO's step groups on rollouts of the warm-start model on the RL tasks (the runs' task filter):
+    how often states recur. Cached per environment."""
+
+    def compute() -> dict:
+        model, tokenizer = load_policy(str(warm_path))
+        tasks = filter_tasks(load_tasks(env, "train"), ENV_OPTIONS[env]["rl_filter"])[: preset.tasks_per_step]
+        groups = rollout(model, tokenizer, env, tasks, group_size=preset.group_size,
+                         max_turns=preset.max_turns or ENV_OPTIONS[env]["max_turns"],
+                         max_new_tokens=preset.max_new_tokens, temperature=1.0, seed=seed, progress=False)
+        anchors = [s.anchor for g in groups for t in g for s in t.steps]
+        group_ids = [t.group_id for g in groups for t in g for _ in t.steps]
+        sizes = step_group_sizes(anchors, group_ids)
+        return {"rows": len(anchors), "fraction_in_groups_ge2": sum(s for s in sizes if s >= 2) / max(1, len(anchors)),
+                "histogram": {str(k): v for k, v in sorted(Counter(sizes).items())}}
+
+    return cached_json(env_dir(size, env) / "group_stats.json", compute)
 
 
 def machine() -> str:
@@ -186,7 +211,7 @@ def machine() -> str:
 
 def train_rows(size: str, result: dict) -> list[dict]:
     """The training-step metrics of one finished run."""
-    run_dir = runs_dir() / "shootout" / size / result["env"] / result["method"] / f"seed{result['seed']}"
+    run_dir = run_dir_of(size, result["env"], result["method"], result["seed"])
     return [r for r in read_metrics(run_dir) if r["kind"] == "train"]
 
 
@@ -215,7 +240,7 @@ def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path
              "wall time (s) | train tokens |",
              "|---|---|---|---|---|---|---|---|---|"]
     for env in envs:
-        start_path = runs_dir() / "shootout" / size / env / "start_eval.json"
+        start_path = env_dir(size, env) / "start_eval.json"
         if start_path.exists():
             st = json.loads(start_path.read_text())
             lines.append(f"| {env} | *warm start (step 0)* | {st['success']:.3f} | [{st['ci_low']:.3f}, {st['ci_high']:.3f}] "
@@ -237,7 +262,7 @@ def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path
               "| environment | step rows | fraction in groups of size >= 2 | group-size histogram (size: count) |",
               "|---|---|---|---|"]
     for env in envs:  # cached by every invocation that ran this environment
-        path = runs_dir() / "shootout" / size / env / "group_stats.json"
+        path = env_dir(size, env) / "group_stats.json"
         if env not in group_stats and path.exists():
             group_stats[env] = json.loads(path.read_text())
     for env, s in sorted(group_stats.items()):

@@ -268,7 +268,8 @@ def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "a
     return {**sums, "tokens": float(total), "grad_norm": grad_norm}
 
 
-def _filter_tasks(tasks: list[dict], task_filter: dict[str, Any] | None) -> list[dict]:
+def filter_tasks(tasks: list[dict], task_filter: dict[str, Any] | None) -> list[dict]:
+    """The tasks whose fields equal every key of `task_filter` (all of them when it is None or empty)."""
     if not task_filter:
         return tasks
     return [t for t in tasks if all(t.get(k) == v for k, v in task_filter.items())]
@@ -295,7 +296,7 @@ def warm_start(env: str = "search_qa", *, model: str = "smollm2-135m", n_demos: 
     dev = next(model_obj.parameters()).device
     autocast_dtype = torch.bfloat16 if _use_bf16(bf16_autocast, dev) else model_obj.course_autocast
     if tasks is None:
-        tasks = _filter_tasks(load_tasks(env, "train"), task_filter)
+        tasks = filter_tasks(load_tasks(env, "train"), task_filter)
         random.Random(seed).shuffle(tasks)
     demos = expert_rollout(tokenizer, env, tasks[:n_demos], max_turns=max_turns)
     optimizer = torch.optim.AdamW(model_obj.parameters(), lr=lr, weight_decay=0.0)
@@ -358,7 +359,7 @@ def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *,
         if tokenizer is None:
             raise ValueError("pass tokenizer=... together with a model object")
     if tasks is None:
-        tasks = _filter_tasks(load_tasks(env, split), task_filter)[:n_tasks]
+        tasks = filter_tasks(load_tasks(env, split), task_filter)[:n_tasks]
     wins = 0
     for start in range(0, len(tasks), batch_size):
         groups = rollout(model, tokenizer, env, tasks[start:start + batch_size], group_size=1,
@@ -726,8 +727,8 @@ def train(config: TrainConfig) -> dict:
         metrics_path.write_text("")
     (run_dir / "config.json").write_text(json.dumps(config.to_json(), indent=1))
     ref_model = load_policy(config.model, device=config.device)[0] if config.beta > 0 else None
-    train_tasks = _filter_tasks(load_tasks(config.env, "train"), config.task_filter)
-    test_tasks = _filter_tasks(load_tasks(config.env, "test"), config.task_filter)[: config.eval_tasks]
+    train_tasks = filter_tasks(load_tasks(config.env, "train"), config.task_filter)
+    test_tasks = filter_tasks(load_tasks(config.env, "test"), config.task_filter)[: config.eval_tasks]
 
     def run_eval(step: int) -> dict:
         t0 = time.perf_counter()

@@ -1,9 +1,10 @@
 """Training throughput of `course_lib.train.update` on this machine, fp32 vs bf16 autocast.
 
 Prints, per dtype: training tokens/s (forward + backward + AdamW over length-bucketed micro-batches),
-the padding fraction of the micro-batches, and the achieved FLOP/s (6 · parameters · tokens for a
-forward and backward pass) as a fraction of a matmul peak measured here, in the same dtype, with a
-large torch.matmul. Targets on CPU: >= 50% of the bf16 matmul peak, padding < 10%.
+the padding fraction of the micro-batches, and the achieved FLOP/s as a fraction of a matmul peak
+measured here, in the same dtype, with a large torch.matmul. FLOPs counted are those done: 6 per
+parameter per token for a forward and backward pass through the body of the model, and through the
+output layer only for the positions that predict a model token (the update skips the others). Targets on CPU: >= 50% of the bf16 matmul peak, padding < 10%.
 
     python benchmarks/train_throughput.py [--demos 24] [--token-budget 2048] [--threads 2]
 
@@ -60,11 +61,15 @@ def main() -> None:
 
     model, tokenizer = load_policy("smollm2-135m", device="cpu")
     params = sum(p.numel() for p in model.parameters())
+    head_params = model.get_output_embeddings().weight.numel()  # tied to the input embedding here
+    body_params = params - head_params  # the embedding lookup itself costs no FLOPs
     tasks = load_tasks("search_qa", "train")[: args.demos]
     demos = expert_rollout(tokenizer, "search_qa", tasks)
     lengths = [len(d.token_ids) for d in demos]
+    scored = sum(sum(d.loss_mask[1:]) for d in demos)  # positions whose prediction the loss reads
     print(f"model: {params / 1e6:.1f} M parameters; batch: {len(demos)} search_qa demonstrations, "
-          f"{sum(lengths)} tokens (lengths {min(lengths)}-{max(lengths)}); token budget {args.token_budget}; "
+          f"{sum(lengths)} tokens (lengths {min(lengths)}-{max(lengths)}, {scored} of them model tokens); "
+          f"token budget {args.token_budget}; "
           f"{args.threads} threads")
 
     header = f"{'dtype':<16}{'tokens/s':>10}{'padding':>10}{'achieved':>14}{'matmul peak':>14}{'of peak':>9}"
@@ -73,7 +78,9 @@ def main() -> None:
     for name, bf16, peak_dtype in (("fp32", False, torch.float32), ("bf16 autocast", True, torch.bfloat16)):
         peak = matmul_peak(peak_dtype)
         r = measure(model, tokenizer, demos, bf16=bf16, token_budget=args.token_budget, repeats=args.repeats)
-        achieved = 6 * params * r["train_tokens"] / r["seconds_update"]
+        # FLOPs actually done: 6 per parameter per token through the body, and through the output layer
+        # only for the positions that predict a model token (course_lib.train._forward skips the rest).
+        achieved = 6 * (body_params * r["train_tokens"] + head_params * scored) / r["seconds_update"]
         results[name] = (achieved / peak, r["padding_fraction"])
         print(f"{name:<16}{r['tokens_per_s']:>10.0f}{100 * r['padding_fraction']:>9.1f}%"
               f"{achieved / 1e9:>10.1f} GF/s{peak / 1e9:>10.1f} GF/s{100 * achieved / peak:>8.1f}%")

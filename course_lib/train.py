@@ -41,7 +41,7 @@ from course_lib.credit import (
     value_loss,
 )
 from course_lib.envs import load_tasks
-from course_lib.losses import policy_loss, sft_loss, token_logprobs
+from course_lib.losses import policy_loss, sft_loss
 from course_lib.models import autocast_context, load_policy
 from course_lib.rollout import RolloutStats, expert_rollout, rollout
 from course_lib.trajectory import Trajectory, TrajectoryGroup
@@ -196,23 +196,33 @@ def last_action_positions(trajectory: Trajectory) -> list[int]:
 
 
 def _forward(model, batch: dict, device, autocast_dtype, temperature: float, need_hidden: bool = False):
-    """Per-token log-probs [B, T] (float32), the logits and, optionally, the last hidden state."""
+    """(log-probs [B, T] float32, logits [N, V], last hidden state [B, T, H] or None).
+
+    Only the N positions that predict a model token (loss_mask[t] = 1, predicted from the hidden state
+    at t − 1) go through the output layer: log π(token_t) = logit[token_t] − logsumexp(logit / τ) there
+    (what `losses.token_logprobs` computes for every position),
+    and 0 at every other position (the loss never reads those). In an agent's trajectory most tokens are
+    prompt and observations, so this skips most of the 49k-wide output layer and its softmax.
+    """
+    ids = batch["input_ids"].to(device)
+    predicting = batch["loss_mask"][:, 1:].to(device).bool()  # [B, T-1]: position t-1 predicts model token t
     with autocast_context(device, autocast_dtype):
-        out = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
-                    output_hidden_states=need_hidden)
-    logprobs = token_logprobs(out.logits, batch["input_ids"].to(device), temperature=temperature)
-    hidden = out.hidden_states[-1] if need_hidden else None
-    return logprobs, out.logits, hidden
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=batch["attention_mask"].to(device)).last_hidden_state
+        logits = model.get_output_embeddings()(hidden[:, :-1][predicting])  # [N, V]
+    rows = logits.float() / temperature
+    chosen = rows.gather(-1, ids[:, 1:][predicting].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(rows, dim=-1)
+    logprobs = torch.zeros(ids.shape, dtype=torch.float32, device=device)
+    logprobs = torch.cat([logprobs[:, :1], logprobs[:, 1:].masked_scatter(predicting, chosen)], dim=1)
+    return logprobs, logits, hidden if need_hidden else None
 
 
 @torch.no_grad()
-def _entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean entropy of the policy (before temperature) over the loss-masked positions' predictions."""
-    predicting = mask[:, 1:].bool()  # the logits at t−1 predicted token t
-    rows = logits[:, :-1][predicting.to(logits.device)].float()
-    if rows.numel() == 0:
+def _entropy(logits: torch.Tensor) -> float:
+    """Mean entropy of the policy (before temperature) over the rows of `logits` [N, V] (the predictions
+    of the loss-masked tokens, as `_forward` returns them)."""
+    if logits.numel() == 0:
         return 0.0
-    logp = torch.log_softmax(rows, dim=-1)
+    logp = torch.log_softmax(logits.float(), dim=-1)
     return float(-(logp.exp() * logp).sum(-1).mean())
 
 
@@ -566,7 +576,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
                 for key in ("clip_fraction_region", "ratio_mean", "kl"):
                     if key in stats:
                         sums[key] += stats[key] * weight
-                sums["entropy"] += _entropy(logits.detach(), mask) * weight
+                sums["entropy"] += _entropy(logits.detach()) * weight
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
         if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
             optimizer.zero_grad(set_to_none=True)  # skip: one bad batch must not poison the weights

@@ -1,7 +1,8 @@
 """Batched multi-turn rollouts.
 
-Every live episode of every group advances together: one `generate` call per turn over all of them
-(left padding, KV cache), the environments step in a thread pool, finished episodes drop out. The
+Every live episode of every group advances together: one decoding loop per turn over all of them
+(left padding, KV cache; a row leaves the batch when its turn ends), the environments step in a thread
+pool, finished episodes drop out. The
 sampled token ids and their sampling-time log-probs go straight into the trajectory (see
 `trajectory.py`): nothing the model wrote is ever re-tokenised.
 

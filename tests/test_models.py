@@ -28,6 +28,28 @@ def test_dtype_choice_per_device():
     assert pick_dtype(cpu, torch.bfloat16) == (torch.bfloat16, None)
 
 
+@pytest.mark.parametrize("bf16_supported, autocast", [(True, torch.bfloat16), (False, torch.float16)])
+def test_cuda_keeps_fp32_weights_so_that_training_updates_are_not_rounded_away(monkeypatch, bf16_supported, autocast):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16_supported)
+    assert pick_dtype(torch.device("cuda")) == (torch.float32, autocast)
+
+
+def test_adamw_steps_are_rounded_away_in_bf16_weights_but_kept_in_fp32():
+    """Why pick_dtype keeps fp32 weights: an AdamW step of lr = 2e-5 on weights of the size of the
+    model's (~0.05) is below bf16's spacing there (~2e-4), so in bf16 almost no weight moves."""
+    torch.manual_seed(0)
+    changed = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        w = torch.nn.Parameter((torch.randn(4096) * 0.05).to(dtype))
+        before = w.detach().clone()
+        optimizer = torch.optim.AdamW([w], lr=2e-5, weight_decay=0.0)
+        w.grad = torch.randn(4096).to(dtype)
+        optimizer.step()
+        changed[dtype] = (w.detach() != before).float().mean().item()
+    assert changed[torch.float32] > 0.99
+    assert changed[torch.bfloat16] < 0.2
+
+
 def test_course_threads_reads_the_environment(monkeypatch):
     monkeypatch.setenv("COURSE_THREADS", "3")
     assert course_threads() == 3

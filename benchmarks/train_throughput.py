@@ -6,7 +6,11 @@ measured here, in the same dtype, with a large torch.matmul. FLOPs counted are t
 parameter per token for a forward and backward pass through the body of the model, and through the
 output layer only for the positions that predict a model token (the update skips the others). Targets on CPU: >= 50% of the bf16 matmul peak, padding < 10%.
 
-    python benchmarks/train_throughput.py [--demos 24] [--token-budget 2048] [--threads 2]
+On CPU it then profiles one bf16 update and prints the time spent in the matrix products alone: the
+fraction of peak the run would reach if everything else (attention softmax, norms, casts, AdamW)
+took no time, an upper bound for this model at this batch on this machine.
+
+    python benchmarks/train_throughput.py [--demos 24] [--token-budget 2048] [--threads 2] [--device cuda]
 
 The batch is real: expert demonstrations of search_qa (one- and two-hop questions, so lengths vary),
 with random advantages. A benchmark script, not a test; a few minutes on 2 cores.
@@ -25,26 +29,48 @@ from course_lib.rollout import expert_rollout
 from course_lib.train import TrainConfig, update
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of the best of `repeats` n×n @ n×n matmuls (2n³ FLOP each)."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+def matmul_peak(dtype: torch.dtype, device: torch.device, repeats: int = 5) -> float:
+    """FLOP/s of the best of `repeats` n×n @ n×n matmuls (2n³ FLOP each; n = 2048 on CPU, 8192 on GPU)."""
+    n = 8192 if device.type == "cuda" else 2048
+    a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
     a @ b  # warm-up
     best = float("inf")
     for _ in range(repeats):
+        _sync(device)
         t0 = time.perf_counter()
         a @ b
+        _sync(device)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
 
 
-def measure(model, tokenizer, demos, *, bf16: bool, token_budget: int, repeats: int) -> dict:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_seconds(model, demos, advantages, config: TrainConfig, autocast_dtype) -> tuple[float, float]:
+    """(seconds in matrix products, seconds in all) of one update, from the torch profiler (CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        update(model, None, optimizer, demos, advantages, config, 0, device=torch.device("cpu"),
+               autocast_dtype=autocast_dtype)
+    events = prof.key_averages()
+    mm = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm", "aten::bmm"))
+    return mm / 1e6, sum(e.self_cpu_time_total for e in events) / 1e6
+
+
+def measure(model, tokenizer, demos, *, bf16: bool, token_budget: int, repeats: int, device: torch.device) -> dict:
     config = TrainConfig(token_budget=token_budget, bf16_autocast=bf16, lr=1e-7)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
     advantages = [torch.randn(len(d.token_ids)) * torch.tensor(d.loss_mask, dtype=torch.float32) for d in demos]
     autocast_dtype = torch.bfloat16 if bf16 else None
     runs = []
     for _ in range(repeats + 1):  # the first one warms up (allocations, AdamW state)
-        runs.append(update(model, None, optimizer, demos, advantages, config, 0, device=torch.device("cpu"),
+        _sync(device)
+        runs.append(update(model, None, optimizer, demos, advantages, config, 0, device=device,
                            autocast_dtype=autocast_dtype))
     best = min(runs[1:], key=lambda r: r["seconds_update"])
     return best
@@ -56,10 +82,12 @@ def main() -> None:
     parser.add_argument("--token-budget", type=int, default=2048, help="padded tokens per micro-batch")
     parser.add_argument("--repeats", type=int, default=1, help="timed updates per dtype (after one warm-up)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
 
-    model, tokenizer = load_policy("smollm2-135m", device="cpu")
+    model, tokenizer = load_policy("smollm2-135m", device=args.device, dtype="float32")
     params = sum(p.numel() for p in model.parameters())
     head_params = model.get_output_embeddings().weight.numel()  # tied to the input embedding here
     body_params = params - head_params  # the embedding lookup itself costs no FLOPs
@@ -70,23 +98,31 @@ def main() -> None:
     print(f"model: {params / 1e6:.1f} M parameters; batch: {len(demos)} search_qa demonstrations, "
           f"{sum(lengths)} tokens (lengths {min(lengths)}-{max(lengths)}, {scored} of them model tokens); "
           f"token budget {args.token_budget}; "
-          f"{args.threads} threads")
+          f"{torch.cuda.get_device_name(0) if device.type == 'cuda' else f'{args.threads} threads'}")
 
     header = f"{'dtype':<16}{'tokens/s':>10}{'padding':>10}{'achieved':>14}{'matmul peak':>14}{'of peak':>9}"
     print(header)
     results = {}
     for name, bf16, peak_dtype in (("fp32", False, torch.float32), ("bf16 autocast", True, torch.bfloat16)):
-        peak = matmul_peak(peak_dtype)
-        r = measure(model, tokenizer, demos, bf16=bf16, token_budget=args.token_budget, repeats=args.repeats)
+        peak = matmul_peak(peak_dtype, device)
+        r = measure(model, tokenizer, demos, bf16=bf16, token_budget=args.token_budget, repeats=args.repeats,
+                    device=device)
         # FLOPs actually done: 6 per parameter per token through the body, and through the output layer
         # only for the positions that predict a model token (course_lib.train._forward skips the rest).
-        achieved = 6 * (body_params * r["train_tokens"] + head_params * scored) / r["seconds_update"]
-        results[name] = (achieved / peak, r["padding_fraction"])
+        flops = 6 * (body_params * r["train_tokens"] + head_params * scored)
+        achieved = flops / r["seconds_update"]
+        results[name] = (achieved / peak, r["padding_fraction"], flops, peak)
         print(f"{name:<16}{r['tokens_per_s']:>10.0f}{100 * r['padding_fraction']:>9.1f}%"
               f"{achieved / 1e9:>10.1f} GF/s{peak / 1e9:>10.1f} GF/s{100 * achieved / peak:>8.1f}%")
-    frac, padding = results["bf16 autocast"]
+    frac, padding, flops, peak = results["bf16 autocast"]
     print(f"target >= 50% of the bf16 matmul peak: {'met' if frac >= 0.5 else 'NOT met'} ({100 * frac:.0f}%); "
           f"padding < 10%: {'met' if padding < 0.1 else 'NOT met'} ({100 * padding:.1f}%)")
+    if device.type == "cpu":
+        config = TrainConfig(token_budget=args.token_budget, bf16_autocast=True, lr=1e-7)
+        advantages = [torch.randn(len(d.token_ids)) * torch.tensor(d.loss_mask, dtype=torch.float32) for d in demos]
+        mm, total = matmul_seconds(model, demos, advantages, config, torch.bfloat16)
+        print(f"profiled bf16 update: {mm:.1f} s of {total:.1f} s in matrix products (mm, bmm); "
+              f"with no time outside them it would reach {100 * flops / mm / peak:.0f}% of the bf16 peak")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TEST_DEVICE
 
 from course_lib.envs import load_tasks
 from course_lib.losses import sft_loss
@@ -56,12 +57,13 @@ def test_wilson_interval_and_packing():
 
 
 def test_sft_step_reduces_masked_loss():
-    model, tokenizer = load_policy("smollm2-135m", device="cpu")  # a fresh copy: the update changes it
+    model, tokenizer = load_policy("smollm2-135m", device=TEST_DEVICE)  # a fresh copy: the update changes it
     demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:2])
 
     def masked_loss() -> float:
         batch = collate(demos)
         with torch.no_grad():
+            batch = {k: v.to(model.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         return sft_loss(logits, batch["input_ids"], batch["loss_mask"], attention_mask=batch["attention_mask"])[0].item()
 
@@ -76,7 +78,7 @@ def test_sft_step_reduces_masked_loss():
 
 def test_sft_step_micro_batches_give_the_full_batch_gradient():
     """Cutting the batch into micro-batches (to bound memory) must not change the update."""
-    model, tokenizer = load_policy("smollm2-135m", device="cpu")
+    model, tokenizer = load_policy("smollm2-135m", device=TEST_DEVICE)
     demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:3])
     assert len({len(d.token_ids) for d in demos}) > 1  # rows of different lengths: the weighting matters
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the step leaves the weights alone

@@ -88,7 +88,9 @@ def test_sft_step_micro_batches_give_the_full_batch_gradient():
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
         losses.append(stats["loss"])
     assert abs(losses[0] - losses[1]) < 1e-5
-    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+    relative = float((grads[0] - grads[1]).norm() / grads[0].norm())
+    print(f"relative gradient difference: {relative:.2e}")
+    assert relative < 1e-5, relative
 
 
 @pytest.mark.parametrize("credit", ["outcome", "gigpo", "turn", "critic"])

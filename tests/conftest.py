@@ -29,7 +29,9 @@ def tokenizer(policy):
 
 def logprob_atol(model, fp32: float) -> float:
     """Tolerance for comparing log-probs computed two ways (batched vs alone, cached vs recomputed):
-    `fp32` for fp32 weights without autocast (CPU); 0.1 under bf16/fp16 (the CUDA default), whose 8-bit
-    mantissa moves a logit of ~20 by ~0.1 when the same sums are taken in another order."""
+    `fp32` for fp32 weights without autocast (CPU); 0.3 under bf16/fp16 (the CUDA default), whose 8-bit
+    mantissa moves a logit of ~20 by ~0.1 when the same sums are taken in another order (measured on
+    an H200 with bf16 autocast: up to 0.18 between a batched rollout and its recomputation, 0.13 between
+    a cached and a recomputed context; the tokens themselves were identical)."""
     reduced = model.course_autocast is not None or next(model.parameters()).dtype != torch.float32
-    return 0.1 if reduced else fp32
+    return 0.3 if reduced else fp32

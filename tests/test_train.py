@@ -90,7 +90,7 @@ def test_sft_step_micro_batches_give_the_full_batch_gradient():
     assert abs(losses[0] - losses[1]) < 1e-5
     relative = float((grads[0] - grads[1]).norm() / grads[0].norm())
     print(f"relative gradient difference: {relative:.2e}")
-    assert relative < 1e-5, relative
+    assert relative < 1e-4, relative  # measured 5.6e-7 on CPU, 2.4e-5 on an H200 (fp32; other kernels per shape)
 
 
 @pytest.mark.parametrize("credit", ["outcome", "gigpo", "turn", "critic"])

@@ -216,6 +216,26 @@ def _forward(model, batch: dict, device, autocast_dtype, temperature: float, nee
     return logprobs, logits, hidden if need_hidden else None
 
 
+def loss_scale(autocast_dtype: torch.dtype | None) -> float:
+    """Static loss scale S: the backward pass runs on S · loss and the gradients are divided by S
+    before clipping. S = 2^10 under fp16 autocast (a T4), 1 otherwise.
+
+    fp16 flushes numbers below ~6e-8 to zero, and many of a language model's gradients are that small:
+    on one SFT batch of the embedded model, fp16 autocast without scaling left 13.7% of the weight
+    gradients at exactly 0 (0.18% with S = 2^10; S = 2^16 overflowed to inf). bf16 has fp32's exponent
+    range and needs no scaling. A static S keeps resuming exact (no scaler state); an overflow shows as
+    a non-finite gradient and the update is skipped like any other.
+    """
+    return 2.0**10 if autocast_dtype == torch.float16 else 1.0
+
+
+def _unscale(params, scale: float) -> None:
+    if scale != 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.div_(scale)
+
+
 @torch.no_grad()
 def _entropy(logits: torch.Tensor) -> float:
     """Mean entropy of the policy (before temperature) over the rows of `logits` [N, V] (the predictions
@@ -254,6 +274,7 @@ def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "a
         raise ValueError("no trained tokens in this batch (empty loss mask)")
     model.train()
     optimizer.zero_grad(set_to_none=True)
+    scale = loss_scale(autocast_dtype)
     sums = {"loss": 0.0, "accuracy": 0.0}
     for rows in pack_by_length([len(t.token_ids) for t in trajectories], token_budget):
         part = [trajectories[i] for i in rows]
@@ -268,10 +289,11 @@ def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "a
         loss, stats = sft_loss(logits, batch["input_ids"].to(device),
                                None if loss_mask is None else loss_mask.to(device),
                                attention_mask=batch["attention_mask"].to(device))
-        (loss * share).backward()
+        (loss * share * scale).backward()
         sums["loss"] += stats["loss"] * share
         sums["accuracy"] += stats["accuracy"] * share
         del logits, loss
+    _unscale(model.parameters(), scale)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
     optimizer.step()
     model.eval()
@@ -533,6 +555,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
     real = sum(len(t.token_ids) for t in trajs)
     padded = sum(len(rows) * max(len(trajs[i].token_ids) for i in rows) for rows in batches)
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    scale = loss_scale(autocast_dtype)
     sums: Counter = Counter()
     out = {"micro_batches": len(batches), "padding_fraction": 1 - real / padded, "train_tokens": real,
            "nonfinite": False}
@@ -569,7 +592,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
                 sums["value_loss"] += v_loss.item() * len(rows) / len(trajs)
             if config.loss_hook is not None:
                 loss = config.loss_hook(step, loss)
-            loss.backward()
+            (loss * scale).backward()
             total_loss += loss.item()
             if epoch == 0:
                 weight = stats["tokens"] / max(1, n_items)
@@ -577,6 +600,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
                     if key in stats:
                         sums[key] += stats[key] * weight
                 sums["entropy"] += _entropy(logits.detach()) * weight
+        _unscale(params, scale)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
         if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
             optimizer.zero_grad(set_to_none=True)  # skip: one bad batch must not poison the weights

@@ -132,8 +132,10 @@ def _stopped(tokenizer, text: str, token_id: int, eot: int) -> tuple[str, bool]:
     stop string such as </tool_call> just completed). Token-by-token decoding is exact for ASCII tags."""
     if token_id == eot:
         return text, True
-    text += tokenizer.decode([token_id], skip_special_tokens=False)
-    return text, any(stop in text for stop in STOP_STRINGS)
+    piece = tokenizer.decode([token_id], skip_special_tokens=False)
+    text += piece
+    # Only a stop string that ends inside the new piece can have just completed: look at the tail.
+    return text, any(stop in text[-(len(stop) + len(piece)):] for stop in STOP_STRINGS)
 
 
 @torch.no_grad()
@@ -167,7 +169,8 @@ def generate_turn(model, tokenizer, contexts: list[list[int]], *, max_new_tokens
     first: dict[tuple[int, ...], int] = {}
     source = [first.setdefault(tuple(c), i) for i, c in enumerate(contexts)]
     unique = sorted(first.values())
-    rows, expand = torch.tensor(unique, device=device), torch.tensor([unique.index(i) for i in source], device=device)
+    position = {row: k for k, row in enumerate(unique)}
+    rows, expand = torch.tensor(unique, device=device), torch.tensor([position[i] for i in source], device=device)
     cache, prefill = _batch_cache(contexts, caches, width) if caches is not None else None, 0
     with autocast_context(device, getattr(model, "course_autocast", None)):
         if cache is None and len(unique) > 1:  # nothing cached: run the start all contexts share once

@@ -207,7 +207,7 @@ def _forward(model, batch: dict, device, autocast_dtype, temperature: float, nee
     ids = batch["input_ids"].to(device)
     predicting = batch["loss_mask"][:, 1:].to(device).bool()  # [B, T-1]: position t-1 predicts model token t
     with autocast_context(device, autocast_dtype):
-        hidden = model.get_decoder()(input_ids=ids, attention_mask=batch["attention_mask"].to(device)).last_hidden_state
+        hidden = _hidden(model, batch, device)
         logits = model.get_output_embeddings()(hidden[:, :-1][predicting])  # [N, V]
     rows = logits.float() / temperature
     chosen = rows.gather(-1, ids[:, 1:][predicting].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(rows, dim=-1)
@@ -234,6 +234,12 @@ def _unscale(params, scale: float) -> None:
         for p in params:
             if p.grad is not None:
                 p.grad.div_(scale)
+
+
+def _hidden(model, batch: dict, device) -> torch.Tensor:
+    """The decoder's last hidden state [B, T, H] (the model without its output layer)."""
+    return model.get_decoder()(input_ids=batch["input_ids"].to(device),
+                               attention_mask=batch["attention_mask"].to(device)).last_hidden_state
 
 
 @torch.no_grad()
@@ -509,7 +515,8 @@ def critic_advantages(model, value_head, trajs: list[Trajectory], config: TrainC
     values: list[torch.Tensor] = [torch.zeros(0)] * len(trajs)
     for rows in pack_by_length([len(t.token_ids) for t in trajs], config.token_budget):
         batch = collate([trajs[i] for i in rows])
-        _, _, hidden = _forward(model, batch, device, autocast_dtype, config.temperature, need_hidden=True)
+        with autocast_context(device, autocast_dtype):
+            hidden = _hidden(model, batch, device)  # the values need no output layer
         positions = _pad([last_action_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
         v = value_head(hidden, positions).float().cpu()
         for j, i in enumerate(rows):

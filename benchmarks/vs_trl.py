@@ -196,7 +196,8 @@ def explain(ours: dict, trl: dict) -> list[str]:
     if ours["trained_tokens_per_step"] < trl["trained_tokens_per_step"]:
         notes.append("ours trains fewer tokens per step: groups with equal rewards are dropped before the update")
     notes.append("generation is the same engine in both (TRL calls our rollout through rollout_func): a "
-                 "generated-tokens/s gap is machine noise or load, not code")
+                 "generated-tokens/s gap comes from different sampled text (other seeds, so other turn lengths "
+                 "and another batch occupancy) or from machine load, not from code")
     return notes
 
 

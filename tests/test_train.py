@@ -95,9 +95,9 @@ def test_sft_step_micro_batches_give_the_full_batch_gradient():
 
 
 def test_fp16_autocast_gradients_are_loss_scaled_so_small_ones_survive():
-    """The T4 path (fp16 autocast) run on the CPU: with the loss scale, the gradient matches fp32's and
+    """The T4 path (fp16 autocast), on the tests' device: with the loss scale, the gradient matches fp32's and
     almost no entry that fp32 finds non-zero is flushed to zero (13.7% were, unscaled)."""
-    model, tokenizer = load_policy("smollm2-135m", device="cpu")
+    model, tokenizer = load_policy("smollm2-135m", device=TEST_DEVICE)
     demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:2])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     grads = {}

@@ -224,7 +224,7 @@ def loss_scale(autocast_dtype: torch.dtype | None) -> float:
     on one SFT batch of the embedded model, fp16 autocast without scaling left 13.7% of the weight
     gradients at exactly 0 (0.18% with S = 2^10; S = 2^16 overflowed to inf). bf16 has fp32's exponent
     range and needs no scaling. A static S keeps resuming exact (no scaler state); an overflow shows as
-    a non-finite gradient and the update is skipped like any other.
+    a non-finite gradient, and `update` and `sft_step` then skip the optimizer step.
     """
     return 2.0**10 if autocast_dtype == torch.float16 else 1.0
 
@@ -301,9 +301,13 @@ def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "a
         del logits, loss
     _unscale(model.parameters(), scale)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
-    optimizer.step()
+    skipped = not math.isfinite(grad_norm)
+    if skipped:  # an fp16 overflow or a bad batch: leave the weights as they were
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        optimizer.step()
     model.eval()
-    return {**sums, "tokens": float(total), "grad_norm": grad_norm}
+    return {**sums, "tokens": float(total), "grad_norm": grad_norm, "skipped": skipped}
 
 
 def filter_tasks(tasks: list[dict], task_filter: dict[str, Any] | None) -> list[dict]:

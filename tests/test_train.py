@@ -111,6 +111,19 @@ def test_fp16_autocast_gradients_are_loss_scaled_so_small_ones_survive():
     assert loss_scale(torch.bfloat16) == loss_scale(None) == 1
 
 
+def test_sft_step_skips_a_non_finite_gradient_and_keeps_the_weights():
+    model, tokenizer = load_policy("smollm2-135m", device=TEST_DEVICE)
+    demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:1])
+    norm = model.get_decoder().norm.weight
+    with torch.no_grad():
+        norm[0] = float("inf")  # the final norm's output, hence the loss and every gradient, become non-finite
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    stats = sft_step(model, optimizer, demos, mask="assistant")
+    assert stats["skipped"] and not math.isfinite(stats["grad_norm"])
+    assert all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before))
+
+
 @pytest.mark.parametrize("credit", ["outcome", "gigpo", "turn", "critic"])
 def test_one_rl_step_per_credit(tmp_path, credit):
     config = _tiny(tmp_path, credit=credit, reward_fn=_first_wins, ppo_epochs=2 if credit == "critic" else 1)

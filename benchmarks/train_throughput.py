@@ -62,10 +62,15 @@ def matmul_seconds(model, demos, advantages, config: TrainConfig, autocast_dtype
     return mm / 1e6, sum(e.self_cpu_time_total for e in events) / 1e6
 
 
+def random_advantages(demos) -> list[torch.Tensor]:
+    """Random per-token advantages on the model's tokens, 0 elsewhere (the update's cost does not depend on them)."""
+    return [torch.randn(len(d.token_ids)) * torch.tensor(d.loss_mask, dtype=torch.float32) for d in demos]
+
+
 def measure(model, tokenizer, demos, *, bf16: bool, token_budget: int, repeats: int, device: torch.device) -> dict:
     config = TrainConfig(token_budget=token_budget, bf16_autocast=bf16, lr=1e-7)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
-    advantages = [torch.randn(len(d.token_ids)) * torch.tensor(d.loss_mask, dtype=torch.float32) for d in demos]
+    advantages = random_advantages(demos)
     autocast_dtype = torch.bfloat16 if bf16 else None
     runs = []
     for _ in range(repeats + 1):  # the first one warms up (allocations, AdamW state)
@@ -119,8 +124,7 @@ def main() -> None:
           f"padding < 10%: {'met' if padding < 0.1 else 'NOT met'} ({100 * padding:.1f}%)")
     if device.type == "cpu":
         config = TrainConfig(token_budget=args.token_budget, bf16_autocast=True, lr=1e-7)
-        advantages = [torch.randn(len(d.token_ids)) * torch.tensor(d.loss_mask, dtype=torch.float32) for d in demos]
-        mm, total = matmul_seconds(model, demos, advantages, config, torch.bfloat16)
+        mm, total = matmul_seconds(model, demos, random_advantages(demos), config, torch.bfloat16)
         print(f"profiled bf16 update: {mm:.1f} s of {total:.1f} s in matrix products (mm, bmm); "
               f"with no time outside them it would reach {100 * flops / mm / peak:.0f}% of the bf16 peak")
 

@@ -586,12 +586,12 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
             if ref_model is not None:
                 with torch.no_grad():
                     ref = _forward(ref_model, batch, device, autocast_dtype, config.temperature)[0]
-            loss_type, scale = _loss_scaling(config.loss_type, len(rows), len(trajs))
+            loss_type, share = _loss_scaling(config.loss_type, len(rows), len(trajs))
             loss, stats = policy_loss(logprobs, old, batch["advantages"].to(device), mask, loss_type=loss_type,
                                       eps_low=config.eps_low, eps_high=config.eps_high, ref_logprobs=ref,
                                       beta=config.beta, max_completion_length=max_completion,
                                       num_items_in_batch=n_items)
-            loss = loss * scale
+            loss = loss * share
             if critic:
                 positions = _pad([last_action_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
                 values = value_head(hidden, positions).float()

@@ -28,6 +28,7 @@ from course_lib.train import (
     read_metrics,
     sft_step,
     train,
+    update,
     wilson_interval,
 )
 
@@ -109,6 +110,49 @@ def test_fp16_autocast_gradients_are_loss_scaled_so_small_ones_survive():
     relative = float((half - ref).norm() / ref.norm())
     assert flushed < 0.01 and relative < 0.02, (flushed, relative)
     assert loss_scale(torch.bfloat16) == loss_scale(None) == 1
+
+
+def _update_grads(model, demos, advantages, autocast_dtype=None, **config) -> tuple[torch.Tensor, float]:
+    """The gradient that one `update` leaves in the model (SGD at lr 0: the weights stay), and its loss."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    out = update(model, None, optimizer, demos, advantages, TrainConfig(max_grad_norm=1e9, **config), 0,
+                 device=model.device, autocast_dtype=autocast_dtype)
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]), out["loss"]
+
+
+def _random_advantages(demos) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(len(d.token_ids), generator=g) * torch.tensor(d.loss_mask, dtype=torch.float32)
+            for d in demos]
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo"])
+def test_update_micro_batches_give_the_full_batch_gradient(loss_type):
+    """The RL update cut into micro-batches of unequal sizes ([2 rows], [1 row]) gives the gradient and loss
+    of the whole batch: each micro-batch's loss is weighted once by its share, for every normalisation."""
+    model, tokenizer = load_policy("smollm2-135m", device=TEST_DEVICE)
+    demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:3])
+    budget = 2 * max(len(d.token_ids) for d in demos)
+    assert [len(rows) for rows in pack_by_length([len(d.token_ids) for d in demos], budget)] == [2, 1]
+    advantages = _random_advantages(demos)
+    whole, loss_whole = _update_grads(model, demos, advantages, loss_type=loss_type, token_budget=10**9)
+    parts, loss_parts = _update_grads(model, demos, advantages, loss_type=loss_type, token_budget=budget)
+    assert abs(loss_whole - loss_parts) < 1e-6, (loss_whole, loss_parts)
+    relative = float((whole - parts).norm() / whole.norm())
+    assert relative < 1e-4, relative
+
+
+def test_fp16_autocast_update_is_loss_scaled_too():
+    """The RL update under fp16 autocast: its gradient matches fp32's, few entries flushed to zero."""
+    model, tokenizer = load_policy("smollm2-135m", device=TEST_DEVICE)
+    demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:2])
+    advantages = _random_advantages(demos)
+    ref, _ = _update_grads(model, demos, advantages)
+    half, _ = _update_grads(model, demos, advantages, autocast_dtype=torch.float16)
+    flushed = float(((half == 0) & (ref != 0)).float().mean())
+    relative = float((half - ref).norm() / ref.norm())
+    print(f"fp16 update: {100 * flushed:.2f}% flushed, relative error {relative:.2e}")
+    assert flushed < 0.01 and relative < 0.02, (flushed, relative)
 
 
 def test_sft_step_skips_a_non_finite_gradient_and_keeps_the_weights():

@@ -619,6 +619,8 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
             break
         optimizer.step()
     model.eval()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)  # the last optimizer step is queued, not done, until this returns
     seconds = time.perf_counter() - t0
     out.update({"loss": total_loss, "grad_norm": grad_norm, **dict(sums), "seconds_update": seconds,
                 "tokens_per_s": real * config.ppo_epochs / seconds})

@@ -152,7 +152,9 @@ def _short_ids(contents: list[str]) -> list[str]:
     """A short random-looking id per distinct content ("t3f"), derived from the content, not the position.
 
     Deriving the id from the content (not from the seed) means a second order shows the judge the
-    same ids: only the positions change, which is what the position-bias meter needs.
+    same ids: only the positions change, which is what the position-bias meter needs. When two
+    contents share a hash prefix the later one gets a longer id, so pass the contents sorted: then
+    the ids depend only on the set of contents, as the cache key does.
     """
     ids: list[str] = []
     for content in contents:
@@ -172,25 +174,55 @@ def _as_conversation(item: Trajectory | list[dict[str, str]]) -> list[dict[str, 
 # ----- reading the judge's answer ------------------------------------------------------------------
 
 
-def extract_json(text: str) -> Any:
-    """The first JSON array or object in a chatty answer (code fences and text around are ignored).
+def _entries(data: Any) -> Any:
+    """The list of score entries: a dict wrapping one list (``{"scores": [...]}``) is unwrapped, a lone
+    entry becomes a list of one."""
+    if isinstance(data, dict):
+        lists = [v for v in data.values() if isinstance(v, list)]
+        return lists[0] if len(lists) == 1 else [data]
+    return data
 
-    Raises JudgeAnswerError when there is none.
+
+def _looks_like_scores(value: Any, key: str) -> bool:
+    """A list of objects carrying "score" or `key`, or a dict wrapping one. A lone entry does not count
+    here: prose often quotes the format ("like {"id": ..., "score": 0.0}") before the real list."""
+    if isinstance(value, dict):
+        lists = [v for v in value.values() if isinstance(v, list)]
+        value = lists[0] if len(lists) == 1 else None
+    return (isinstance(value, list) and bool(value) and all(isinstance(e, dict) for e in value)
+            and any("score" in e or key in e for e in value))
+
+
+def extract_json(text: str, key: str = "id") -> Any:
+    """The judge's JSON answer in a chatty text (code fences and text around are ignored).
+
+    Fenced blocks are read first, then the whole text. The first array or object shaped like scores
+    wins: a list of objects carrying "score" or `key`, or a dict wrapping such a list, so JSON-looking
+    prose before it ("scores are in [0, 1]", a quoted example entry) is skipped. When nothing has that
+    shape, the first JSON array or object is returned (a lone entry, or something the caller can say
+    is wrong). Raises JudgeAnswerError when there is no JSON at all.
     """
     fenced = re.findall(r"```(?:json)?\s*(.*?)```", text, flags=re.DOTALL)
     decoder = json.JSONDecoder()
+    first = None
     for candidate in fenced + [text]:
         for match in re.finditer(r"[\[{]", candidate):
             try:
                 value, _ = decoder.raw_decode(candidate, match.start())
             except json.JSONDecodeError:
                 continue
-            if isinstance(value, list) or (isinstance(value, dict) and value):
+            if _looks_like_scores(value, key):
                 return value
-    raise JudgeAnswerError("no JSON list found in the answer")
+            if first is None and (isinstance(value, list) or (isinstance(value, dict) and value)):
+                first = value
+    if first is None:
+        raise JudgeAnswerError("no JSON list found in the answer")
+    return first
 
 
 def _as_score(value: Any, where: str) -> float:
+    if isinstance(value, bool):  # float(True) is 1.0, but "score": true is not a score
+        raise JudgeAnswerError(f"{where}: score {json.dumps(value)} is not a number")
     try:
         score = float(value)
     except (TypeError, ValueError):
@@ -203,15 +235,12 @@ def _as_score(value: Any, where: str) -> float:
 def parse_scores(text: str, expected: list[str], key: str = "id") -> dict[str, tuple[float, str]]:
     """Parse ``[{key, explanation, score}, ...]`` into {id: (score, explanation)}, checking every id.
 
-    Missing, unknown or repeated ids and scores outside [0, 1] raise JudgeAnswerError with a message
-    the judge can act on. A dict wrapping the list (``{"scores": [...]}``) is accepted.
+    Missing, unknown or repeated ids and scores that are not numbers in [0, 1] (``true`` is not 1)
+    raise JudgeAnswerError with a message the judge can act on. A dict wrapping the list
+    (``{"scores": [...]}``) is accepted; JSON in the prose before the list is skipped (`extract_json`).
     """
-    data = extract_json(text)
-    if isinstance(data, dict):
-        lists = [v for v in data.values() if isinstance(v, list)]
-        data = lists[0] if len(lists) == 1 else [data]
     found: dict[str, tuple[float, str]] = {}
-    for item in data:
+    for item in _entries(extract_json(text, key)):
         if not isinstance(item, dict) or key not in item or "score" not in item:
             raise JudgeAnswerError(f'every entry needs "{key}" and "score"; got {json.dumps(item)[:100]}')
         item_id = str(item[key]).strip()
@@ -325,11 +354,13 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
             m.skipped_identical += 1
         return [JudgeScore(0.5, "all trajectories are identical: nothing to compare") for _ in conversations]
 
-    ids = _short_ids(distinct)
-    id_of = dict(zip(distinct, ids))
+    contents = sorted(distinct)  # ids and cache key depend on the set of contents, not the input order
+    ids = _short_ids(contents)
+    id_of = dict(zip(contents, ids))
     remainder_of = {id_of[t]: c[n_prefix:] for t, c in zip(texts, conversations)}
     mode = getattr(judge, "mode", "group")
-    key = _hash("group-v1", rubric, judge.name, mode, seed, two_orders, render_messages(prefix), sorted(distinct))
+    # v2: v1 entries stored scores under ids that could depend on the input order (two contents sharing a hash prefix)
+    key = _hash("group-v2", rubric, judge.name, mode, seed, two_orders, render_messages(prefix), contents)
     path = _cache_path(cache_dir, key)
     if use_cache and path.exists():
         cached = json.loads(path.read_text())
@@ -340,7 +371,7 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
     if mode == "logprob":
         found: dict[str, tuple[float, str]] | None = _score_pointwise(judge, prefix, remainder_of, sinks)
     else:
-        order = list(ids)
+        order = [id_of[t] for t in distinct]  # input order, then the seeded shuffle
         random.Random(seed).shuffle(order)
         orders = [order, order[::-1]] if two_orders else [order]
         results = []
@@ -500,6 +531,11 @@ class LocalJudge:
         return torch.tensor([ids], device=self.model.device)
 
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int = 512, temperature: float = 0.0) -> str:
+        return self.complete_with_usage(messages, max_tokens=max_tokens, temperature=temperature)[0]
+
+    def complete_with_usage(self, messages: list[dict[str, str]], *, max_tokens: int = 512,
+                            temperature: float = 0.0) -> tuple[str, int, int]:
+        """(answer, prompt tokens, completion tokens) of this call alone, whatever other threads do meanwhile."""
         import torch
 
         from course_lib.models import autocast_context, end_of_turn_id
@@ -512,9 +548,9 @@ class LocalJudge:
                 do_sample=sample, temperature=temperature if sample else None, top_p=None, top_k=None,
                 eos_token_id=end_of_turn_id(self.tokenizer), pad_token_id=self.tokenizer.pad_token_id,
             )
-        new = out[0, input_ids.shape[1]:]
-        self.tokens_used += int(input_ids.shape[1] + new.shape[0])
-        return self.tokenizer.decode(new, skip_special_tokens=True)
+            prompt_tokens, completion_tokens = int(input_ids.shape[1]), int(out.shape[1] - input_ids.shape[1])
+            self.tokens_used += prompt_tokens + completion_tokens  # under the lock: += is not atomic across threads
+        return self.tokenizer.decode(out[0, prompt_tokens:], skip_special_tokens=True), prompt_tokens, completion_tokens
 
     def yes_probability(self, messages: list[dict[str, str]]) -> float:
         """P(yes) / (P(yes) + P(no)) for the first token of the answer (both capitalisations)."""
@@ -523,8 +559,8 @@ class LocalJudge:
         input_ids = self._encode(messages)
         with self._lock, torch.no_grad():
             logits = self.model(input_ids=input_ids).logits[0, -1].float()
+            self.tokens_used += int(input_ids.shape[1])
         probs = torch.softmax(logits, dim=-1)
-        self.tokens_used += int(input_ids.shape[1])
 
         def mass(words: list[str]) -> float:
             ids = {self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words}

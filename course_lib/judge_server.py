@@ -58,15 +58,15 @@ def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHand
                 self._error(400, "streaming is not supported by this server")
                 return
             max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 256)
-            before = judge.tokens_used
-            text = judge.complete(messages, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0))
-            used = judge.tokens_used - before
-            completion = len(judge.tokenizer(text, add_special_tokens=False)["input_ids"])
+            # This request's own counts: judge.tokens_used also grows with requests answered meanwhile.
+            text, prompt_tokens, completion_tokens = judge.complete_with_usage(
+                messages, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0))
             self._send(200, {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
                 "model": model_name,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": used - completion, "completion_tokens": completion, "total_tokens": used},
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens},
             })
 
     return Handler

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -13,11 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from course_lib.judge import (
+    JudgeAnswerError,
     JudgeMetrics,
     JudgeUnavailable,
     LocalJudge,
     OpenAIJudge,
     extract_json,
+    parse_scores,
+    render_messages,
     score_group,
     score_turns,
 )
@@ -150,6 +154,32 @@ def test_cache_hit_makes_no_call(tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 1
 
 
+def test_cache_hit_in_another_order_when_two_ids_share_a_prefix(tmp_path):
+    """Two contents whose hashes start alike get ids of different lengths; the cache (keyed on the
+    sorted contents) must hand back each score to its own content whatever the input order."""
+    first_of: dict[str, str] = {}
+    for k in range(1000):  # two answers whose rendered remainders share the first 2 hex digits
+        digest = hashlib.sha256(render_messages(conv(f"answer {k}")[len(PREFIX):]).encode()).hexdigest()[:2]
+        if digest in first_of:
+            good, bad = conv(first_of[digest]), conv(f"answer {k}")
+            break
+        first_of[digest] = f"answer {k}"
+
+    def rate_good(messages, _call):
+        return json.dumps([{"id": i, "explanation": "", "score": 1.0 if a == first_of[digest] else 0.0}
+                           for i, a in answers_by_id(messages).items()])
+
+    assert [s.score for s in score_group([good, bad], judge=ScriptedJudge(rate_good), cache_dir=tmp_path)] == [1.0, 0.0]
+    no_call = ScriptedJudge(lambda m, c: pytest.fail("the cache should have answered"))
+    assert [s.score for s in score_group([bad, good], judge=no_call, cache_dir=tmp_path)] == [0.0, 1.0]
+
+    seen = [ScriptedJudge(rate_good) for _ in range(2)]
+    for judge, group in zip(seen, ([good, bad], [bad, good])):
+        score_group(group, judge=judge, use_cache=False)
+    assert set(ids_in_order(seen[0].calls[0])) == set(ids_in_order(seen[1].calls[0])), \
+        "the ids must not depend on the input order"
+
+
 def test_identical_trajectories_are_scored_once():
     judge = ScriptedJudge(rate_paris)
     scores = score_group([conv("Paris"), conv("Rome"), conv("Paris")], judge=judge, use_cache=False)
@@ -162,6 +192,33 @@ def test_identical_trajectories_are_scored_once():
 def test_extract_json_from_chatty_answers():
     assert extract_json('Sure! [{"id": "t1", "score": 0.5}] done') == [{"id": "t1", "score": 0.5}]
     assert extract_json('```json\n{"scores": [1]}\n```') == {"scores": [1]}
+
+
+@pytest.mark.parametrize("before", [
+    "Scores are in [0, 1].\n",  # a JSON-looking range in the prose
+    "Ranking: [2, 1]\n",
+    'Weights: {"accuracy": 0.7, "efficiency": 0.3}\n',
+    'Answer like {"id": "t3f", "explanation": "...", "score": 0.0}.\n',  # the format, quoted
+    "Trajectory [1] is best.\n```json\n",  # prose before a fenced answer
+])
+def test_prose_json_before_the_answer_is_skipped(before):
+    after = "\n```" if "```" in before else ""
+    items = [{"id": "ta", "explanation": "solved", "score": 1.0}, {"id": "tb", "explanation": "no", "score": 0.2}]
+    expected = {"ta": (1.0, "solved"), "tb": (0.2, "no")}
+    assert parse_scores(before + json.dumps(items) + after, ["ta", "tb"]) == expected
+    assert parse_scores(before + json.dumps({"scores": items}) + after, ["ta", "tb"]) == expected
+    turns = before + json.dumps([{"turn": 1, "score": 0.5}]) + after
+    assert parse_scores(turns, ["1"], key="turn") == {"1": (0.5, "")}
+
+
+def test_unusable_answers_still_get_a_precise_error():
+    with pytest.raises(JudgeAnswerError, match="not a number"):  # a boolean is not a score
+        parse_scores('[{"id": "ta", "score": true}, {"id": "tb", "score": false}]', ["ta", "tb"])
+    with pytest.raises(JudgeAnswerError, match="outside"):  # the score list is found, then checked
+        parse_scores('Scores are in [0, 1]: [{"id": "ta", "score": 7}, {"id": "tb", "score": 0}]', ["ta", "tb"])
+    with pytest.raises(JudgeAnswerError, match='needs "id" and "score"'):  # nothing shaped like scores
+        parse_scores('Ranking: [2, 1]', ["ta", "tb"])
+    assert parse_scores('{"turn": 1, "score": 0.5}', ["1"], key="turn") == {"1": (0.5, "")}  # a lone entry
 
 
 def test_score_turns_one_score_per_turn_and_failure_flag():
@@ -198,8 +255,11 @@ def test_openai_judge_against_the_local_judge_server(policy):
     server, base_url = serve_in_thread(port=0, model=model, tokenizer=tokenizer)
     try:
         judge = OpenAIJudge(base_url=base_url, timeout=120, max_retries=0)
-        text = judge.complete([{"role": "user", "content": "Say yes."}], max_tokens=4)
-        assert isinstance(text, str) and judge.tokens_used > 0
+        messages = [{"role": "user", "content": "Say yes."}]
+        text = judge.complete(messages, max_tokens=4)
+        prompt = tokenizer(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                           add_special_tokens=False)["input_ids"]
+        assert isinstance(text, str) and len(prompt) < judge.tokens_used <= len(prompt) + 4  # the server's usage
         assert judge.name.endswith(":smollm2-135m")  # the model name comes from /v1/models
         metrics = JudgeMetrics()
         scores = score_group([conv("Paris"), conv("Rome")], "Score 0 to 1.", judge, max_tokens=8, max_retries=0,
@@ -209,6 +269,48 @@ def test_openai_judge_against_the_local_judge_server(policy):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_judge_server_reports_each_requests_own_usage():
+    """Concurrent requests (ThreadingHTTPServer) wait on the judge's lock; each answer must report
+    the tokens of its own generation, not whatever the judge counted meanwhile."""
+    from course_lib.judge_server import make_handler
+
+    class SlowJudge:
+        """LocalJudge's interface with a fixed answer instead of a model: 100 prompt + 5 completion tokens."""
+
+        def __init__(self):
+            self.tokens_used, self._lock = 0, threading.Lock()
+            self.tokenizer = lambda text, add_special_tokens=False: {"input_ids": text.split()}
+
+        def complete_with_usage(self, messages, *, max_tokens=512, temperature=0.0):
+            with self._lock:
+                time.sleep(0.2)
+                self.tokens_used += 105
+            return "a b c d e", 100, 5
+
+        def complete(self, messages, *, max_tokens=512, temperature=0.0):
+            return self.complete_with_usage(messages, max_tokens=max_tokens, temperature=temperature)[0]
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(SlowJudge(), "slow"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    usages = []
+
+    def ask():
+        judge = OpenAIJudge(base_url=f"http://127.0.0.1:{server.server_port}/v1", timeout=10, max_retries=0)
+        judge.complete([{"role": "user", "content": "hi"}], max_tokens=8)
+        usages.append(judge.tokens_used)
+
+    try:
+        threads = [threading.Thread(target=ask) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert usages == [105, 105, 105]
 
 
 def test_endpoint_that_sleeps_times_out_with_a_clear_error():

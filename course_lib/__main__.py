@@ -18,6 +18,7 @@ import random
 import sys
 import time
 import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,35 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
                             help=f"default: {f.default!r}")
 
 
+def _typed(name: str, value: Any, hint: Any) -> Any:
+    """`value` as the type of TrainConfig's field `name`, or a clear error: `--steps 40`, `--steps 4e1`,
+    `--progress false` and `--progress False` work; `--steps 2.5` or `--progress maybe` do not."""
+    allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    allowed = tuple(typing.get_origin(a) or a for a in allowed)  # dict[str, Any] -> dict
+    if hint is Any:
+        return value
+    if value is None and type(None) in allowed:
+        return None
+    if bool in allowed:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if int in allowed and numeric and float(value).is_integer():
+        return int(value)
+    if float in allowed and numeric:
+        return float(value)
+    for kind in (str, dict):
+        if kind in allowed and isinstance(value, kind):
+            return value
+    names = " or ".join("null" if a is type(None) else a.__name__ for a in allowed)
+    raise SystemExit(f"--{name.replace('_', '-')}: expected {names}, got {value!r}")
+
+
 def _config_from(args: argparse.Namespace) -> TrainConfig:
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+    hints = typing.get_type_hints(TrainConfig)
+    given = {f.name: _typed(f.name, getattr(args, f.name), hints[f.name]) for f in dataclasses.fields(TrainConfig)
              if f.name not in _SKIP and getattr(args, f.name) is not None}
     return TrainConfig(**given)
 

@@ -303,13 +303,15 @@ def gae(
 
 
 class ValueHead(nn.Module):
-    """V(s_t): a linear layer on the policy's final hidden state, read at the last token of each turn.
+    """V(s_t): a linear layer on the policy's final hidden state, read just before each turn's action.
 
     Why on the policy and not a separate critic model: it reuses the features the policy already
     computes (one forward pass gives log-probs and values), it adds hidden_size + 1 parameters and no
     activation memory, and the course's 135M model is too small to split into two useful networks.
-    The last action token of a turn has read the whole history up to and including the action, so its
-    hidden state summarises the state the next observation will answer.
+    It is read at the last token before the turn's first sampled token (`train.state_positions`): that
+    hidden state has read the whole history of the turn and nothing of its action, so it estimates
+    V(s_t). Read after the action it would estimate Q(s_t, a_t), and GAE's advantages would then average
+    zero for every action.
 
     The weights start at zero, so V = 0 at first and the first advantages are plain returns.
     """
@@ -321,8 +323,8 @@ class ValueHead(nn.Module):
         nn.init.zeros_(self.linear.bias)
 
     def forward(self, hidden_states: torch.Tensor, last_token_index: torch.Tensor) -> torch.Tensor:
-        """hidden_states [B, T, H] (the model's last layer), last_token_index [B, K] (position of the last
-        token of each turn's action; −1 for a padding turn) -> values [B, K] (0 at padding turns)."""
+        """hidden_states [B, T, H] (the model's last layer), last_token_index [B, K] (the position where
+        each turn's value is read; −1 for a padding turn) -> values [B, K] (0 at padding turns)."""
         index = last_token_index.clamp(min=0)
         picked = torch.gather(hidden_states, 1, index.unsqueeze(-1).expand(-1, -1, hidden_states.size(-1)))
         values = self.linear(picked.to(self.linear.weight.dtype)).squeeze(-1)

@@ -13,6 +13,7 @@ checkpoint, so no step is lost or repeated; Ctrl+C saves a checkpoint before it 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -20,6 +21,8 @@ import math
 import os
 import random
 import shutil
+import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -186,13 +189,19 @@ def collate(trajectories: list[Trajectory], token_advantages: list[torch.Tensor]
     return batch
 
 
-def last_action_positions(trajectory: Trajectory) -> list[int]:
-    """Position of the last sampled token of each turn (where the value head reads V(s_t))."""
-    last: dict[int, int] = {}
+def state_positions(trajectory: Trajectory) -> list[int]:
+    """Where the value head reads V(s_t): the position just before the first sampled token of turn t.
+
+    The hidden state there has read the whole context of turn t (prompt, earlier actions and
+    observations) and nothing of the action a_t, so what it can predict is V(s_t). Read after the
+    action, it would learn Q(s_t, a_t), and GAE's δ_t = r_t + γ·V(s_{t+1}) − V(s_t) would then average
+    zero for every action, good or bad: no signal about which action was better.
+    """
+    first: dict[int, int] = {}
     for pos, (m, turn) in enumerate(zip(trajectory.loss_mask, trajectory.turn_index)):
-        if m:
-            last[turn] = pos
-    return [last.get(k, 0) for k in range(trajectory.num_turns)]
+        if m and turn not in first:
+            first[turn] = pos - 1
+    return [first.get(k, 0) for k in range(trajectory.num_turns)]
 
 
 def _forward(model, batch: dict, device, autocast_dtype, temperature: float, need_hidden: bool = False):
@@ -387,7 +396,7 @@ def ensure_warm_start(env: str = "search_qa", **options: Any) -> Path:
 
 def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *, tokenizer=None,
              tasks: list[dict] | None = None, task_filter: dict[str, Any] | None = None, max_turns: int = 4,
-             max_new_tokens: int = 48, batch_size: int = 32, progress: bool = False,
+             max_new_tokens: int = 48, max_context: int = 2048, batch_size: int = 32, progress: bool = False,
              device: str | None = None) -> dict[str, float]:
     """Greedy success rate on held-out tasks (one episode each), with a 95% Wilson interval.
 
@@ -406,7 +415,7 @@ def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *,
     for start in range(0, len(tasks), batch_size):
         groups = rollout(model, tokenizer, env, tasks[start:start + batch_size], group_size=1,
                          max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=0.0,
-                         seed=0, progress=progress)
+                         seed=0, max_context=max_context, progress=progress)
         wins += sum(t.success for g in groups for t in g)
     low, high = wilson_interval(wins, len(tasks))
     return {"success": wins / max(1, len(tasks)), "ci_low": low, "ci_high": high, "n": len(tasks)}
@@ -521,7 +530,7 @@ def critic_advantages(model, value_head, trajs: list[Trajectory], config: TrainC
         batch = collate([trajs[i] for i in rows])
         with autocast_context(device, autocast_dtype):
             hidden = _hidden(model, batch, device)  # the values need no output layer
-        positions = _pad([last_action_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
+        positions = _pad([state_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
         v = value_head(hidden, positions).float().cpu()
         for j, i in enumerate(rows):
             values[i] = v[j, : trajs[i].num_turns]
@@ -562,7 +571,9 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
     critic = value_head is not None
     batches = pack_by_length([len(t.token_ids) for t in trajs], config.token_budget)
     n_items = sum(t.num_model_tokens for t in trajs)
-    max_completion = max(t.num_model_tokens for t in trajs)
+    n_turns = sum(t.num_turns for t in trajs)
+    # dr_grpo divides by a constant (B × the longest possible completion), not by this batch's longest.
+    max_completion = config.max_turns * config.max_new_tokens
     real = sum(len(t.token_ids) for t in trajs)
     padded = sum(len(rows) * max(len(trajs[i].token_ids) for i in rows) for rows in batches)
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -593,14 +604,18 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
                                       num_items_in_batch=n_items)
             loss = loss * share
             if critic:
-                positions = _pad([last_action_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
+                positions = _pad([state_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
                 values = value_head(hidden, positions).float()
                 turn_mask = (positions >= 0).float()
                 v_loss = value_loss(values, _pad([old_values[i].tolist() for i in rows], 0.0, torch.float32).to(device),
                                     _pad([returns[i].tolist() for i in rows], 0.0, torch.float32).to(device),
                                     clip=config.value_clip, mask=turn_mask)
-                loss = loss + config.value_coef * v_loss * len(rows) / len(trajs)
-                sums["value_loss"] += v_loss.item() * len(rows) / len(trajs)
+                # value_loss averages over this micro-batch's turns; weighted by its share of the batch's
+                # turns, the sum over micro-batches is the mean over all turns, whatever the packing.
+                v_loss = v_loss * turn_mask.sum() / n_turns
+                loss = loss + config.value_coef * v_loss
+                if epoch == 0:
+                    sums["value_loss"] += v_loss.item()
             if config.loss_hook is not None:
                 loss = config.loss_hook(step, loss)
             (loss * scale).backward()
@@ -689,13 +704,66 @@ def _check(config: TrainConfig) -> None:
         raise ValueError(f"credit {config.credit!r} is not known; choose one of {', '.join(CREDITS)}")
     if config.reward not in REWARDS:
         raise ValueError(f"reward {config.reward!r} is not known; choose one of {', '.join(REWARDS)}")
+    if not config.temperature > 0:
+        raise ValueError(f"temperature must be > 0 for training (the loss divides the logits by it), "
+                         f"got {config.temperature}")
     if config.turn_reward not in ("process", "judge"):
         raise ValueError(f"turn_reward must be 'process' or 'judge', got {config.turn_reward!r}")
 
 
+def groups_with_signal(groups: list[TrajectoryGroup], advantages: list[torch.Tensor]
+                       ) -> tuple[list[TrajectoryGroup], list[torch.Tensor]]:
+    """The groups with a non-zero advantage somewhere, and their trajectories' advantages (in order).
+
+    A group whose advantages are all zero gives no gradient, so it is skipped. Under outcome credit those
+    are exactly the groups whose rewards are all equal; GiGPO's step advantages and per-turn rewards can
+    still tell the members of an equal-reward group apart (a shorter path to the same state, fewer tool
+    errors), and then the group is kept.
+    """
+    keep, kept, i = [], [], 0
+    for g in groups:
+        part, i = advantages[i:i + len(g)], i + len(g)
+        if any(len(a) and bool(a.abs().max() > 0) for a in part):
+            keep.append(g)
+            kept += part
+    return keep, kept
+
+
+class DeferredInterrupt:
+    """Holds a Ctrl+C (SIGINT) that arrives during an update until the update is done.
+
+    Stopped half-way, the weights would be part-updated (some PPO epochs or some AdamW tensors done) and
+    a checkpoint would store them under the previous step's number; held, the step finishes, is logged,
+    and the checkpoint says where the weights are. `pending` tells the caller to stop after the step.
+    """
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    @contextlib.contextmanager
+    def hold(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield  # only the main thread may set signal handlers (and only it receives Ctrl+C)
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def remember(signum, frame) -> None:
+            self.pending = True
+            print("Ctrl+C: finishing this update, then saving a checkpoint.")
+
+        signal.signal(signal.SIGINT, remember)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+
 def rl_step(step: int, model, tokenizer, value_head, optimizer, train_tasks: list[dict], config: TrainConfig,
-            *, device, autocast_dtype, ref_model=None) -> dict:
-    """One RL step: rollout -> reward -> advantages -> update. Returns its metrics row."""
+            *, device, autocast_dtype, ref_model=None, interrupt: DeferredInterrupt | None = None) -> dict:
+    """One RL step: rollout -> reward -> advantages -> update. Returns its metrics row.
+
+    With `interrupt`, a Ctrl+C during the update is held until the update is done (rollouts stay
+    interruptible at once: they change no weights)."""
     rng = random.Random(config.seed * 1_000_003 + step)  # tasks depend only on (seed, step): resumable
     tasks = rng.sample(train_tasks, min(config.tasks_per_step, len(train_tasks)))
     stats = RolloutStats()
@@ -710,30 +778,34 @@ def rl_step(step: int, model, tokenizer, value_head, optimizer, train_tasks: lis
     row["seconds_reward"] = time.perf_counter() - t0
     all_trajs = [t for g in groups for t in g]
     judge_failed = [g for g in groups if any(t.info.get("judge_failed") for t in g)]
-    equal = [g for g in groups if len(set(g.rewards)) <= 1 and g not in judge_failed]
-    # Equal rewards give every member a zero group-relative advantage: no signal, so no gradient. The
-    # critic still learns from them (its baseline is V, not the group mean).
-    keep = [g for g in groups if g not in judge_failed and (config.credit == "critic" or g not in equal)]
-    trajs = [t for g in keep for t in g]
+    judged = [g for g in groups if g not in judge_failed]
     row.update({"reward": sum(t.reward for t in all_trajs) / len(all_trajs),
                 "success": sum(t.info["verifier_reward"] > 0.5 for t in all_trajs) / len(all_trajs),
                 "turns": sum(t.num_turns for t in all_trajs) / len(all_trajs),
-                "equal_reward_groups": len(equal), "judge_failed_groups": len(judge_failed),
-                "skipped_groups": len(groups) - len(keep)})
+                "equal_reward_groups": sum(len(set(g.rewards)) <= 1 for g in judged),
+                "judge_failed_groups": len(judge_failed)})
+    t0 = time.perf_counter()
+    trajs = [t for g in judged for t in g]
+    old_values = returns = None
+    if config.credit == "critic":  # the critic learns from every group: its baseline is V, not the group mean
+        advantages, old_values, returns = (critic_advantages(model, value_head, trajs, config, device, autocast_dtype)
+                                           if trajs else ([], None, None))
+        keep = judged
+    else:
+        advantages = token_advantages(trajs, config, row) if trajs else []
+        keep, advantages = groups_with_signal(judged, advantages)
+        trajs = [t for g in keep for t in g]
+    row["seconds_advantage"] = time.perf_counter() - t0
+    row["skipped_groups"] = len(groups) - len(keep)
     if not trajs:
         row.update({"nonfinite": False, "skipped_update": True})
         return row
-    t0 = time.perf_counter()
-    old_values = returns = None
-    if config.credit == "critic":
-        advantages, old_values, returns = critic_advantages(model, value_head, trajs, config, device, autocast_dtype)
-    else:
-        advantages = token_advantages(trajs, config, row)
-    row["seconds_advantage"] = time.perf_counter() - t0
     flat = torch.cat([a[torch.tensor(t.loss_mask, dtype=torch.bool)] for a, t in zip(advantages, trajs)])
     row.update({"advantage_mean": flat.mean().item(), "advantage_std": flat.std().item() if len(flat) > 1 else 0.0})
-    row.update(update(model, value_head, optimizer, trajs, advantages, config, step, device=device,
-                      autocast_dtype=autocast_dtype, ref_model=ref_model, old_values=old_values, returns=returns))
+    with interrupt.hold() if interrupt is not None else contextlib.nullcontext():
+        row.update(update(model, value_head, optimizer, trajs, advantages, config, step, device=device,
+                          autocast_dtype=autocast_dtype, ref_model=ref_model, old_values=old_values,
+                          returns=returns))
     return row
 
 
@@ -780,7 +852,7 @@ def train(config: TrainConfig) -> dict:
     def run_eval(step: int) -> dict:
         t0 = time.perf_counter()
         result = evaluate(model, config.env, tokenizer=tokenizer, tasks=test_tasks, max_turns=config.max_turns,
-                          max_new_tokens=config.max_new_tokens)
+                          max_new_tokens=config.max_new_tokens, max_context=config.max_context)
         row = {"step": step, "kind": "eval", **result, "seconds_eval": time.perf_counter() - t0}
         _log(metrics_path, row)
         return row
@@ -789,12 +861,13 @@ def train(config: TrainConfig) -> dict:
     if start == 0 and config.eval_every > 0 and config.eval_tasks > 0:
         last_eval = run_eval(0)
     step, bad_in_a_row, interrupted = start, 0, False
+    held = DeferredInterrupt()
     bar = tqdm(range(start + 1, config.steps + 1), desc=f"RL {config.credit}", disable=not config.progress,
                initial=start, total=config.steps)
     try:
         for next_step in bar:
             row = rl_step(next_step, model, tokenizer, value_head, optimizer, train_tasks, config,
-                          device=device, autocast_dtype=autocast_dtype, ref_model=ref_model)
+                          device=device, autocast_dtype=autocast_dtype, ref_model=ref_model, interrupt=held)
             _log(metrics_path, row)
             step = next_step
             bad_in_a_row = bad_in_a_row + 1 if row["nonfinite"] else 0
@@ -805,6 +878,8 @@ def train(config: TrainConfig) -> dict:
                     f"{bad_in_a_row} updates in a row had a NaN/inf loss or gradient (last at step {step}); "
                     "stopping. Lower the learning rate, turn off bf16 autocast, or check the rewards.")
             bar.set_postfix(reward=f"{row['reward']:.2f}", success=f"{row['success']:.2f}")
+            if held.pending:  # Ctrl+C came during this step's update: the step is done, save it and stop
+                raise KeyboardInterrupt
             eval_due = step == config.steps or (config.eval_every > 0 and step % config.eval_every == 0)
             if eval_due and config.eval_tasks > 0:
                 last_eval = run_eval(step)

@@ -3,6 +3,7 @@ and skipping of groups whose rewards are all equal. The embedded model is real; 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -16,6 +17,8 @@ import pytest
 import torch
 from conftest import TEST_DEVICE
 
+from course_lib.__main__ import _add_config_options, _config_from
+from course_lib.credit import ValueHead
 from course_lib.envs import load_tasks
 from course_lib.losses import sft_loss
 from course_lib.models import load_policy
@@ -23,14 +26,18 @@ from course_lib.rollout import expert_rollout
 from course_lib.train import (
     TrainConfig,
     collate,
+    groups_with_signal,
     loss_scale,
     pack_by_length,
     read_metrics,
     sft_step,
+    state_positions,
+    token_advantages,
     train,
     update,
     wilson_interval,
 )
+from course_lib.trajectory import Step, Trajectory, TrajectoryGroup
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -153,6 +160,104 @@ def test_fp16_autocast_update_is_loss_scaled_too():
     relative = float((half - ref).norm() / ref.norm())
     print(f"fp16 update: {100 * flushed:.2f}% flushed, relative error {relative:.2e}")
     assert flushed < 0.01 and relative < 0.02, (flushed, relative)
+
+
+def test_critic_value_loss_does_not_depend_on_the_packing():
+    """The value loss is the mean over all the batch's turns, however the micro-batches cut it, also when
+    trajectories have different numbers of turns (one-hop and two-hop questions)."""
+    model, tokenizer = load_policy("smollm2-135m", device=TEST_DEVICE)
+    tasks = load_tasks("search_qa", "train")
+    tasks = [next(t for t in tasks if t["hops"] == 1), *[t for t in tasks if t["hops"] == 2][:2]]
+    demos = expert_rollout(tokenizer, "search_qa", tasks)
+    assert len({d.num_turns for d in demos}) > 1
+    torch.manual_seed(0)
+    head = ValueHead(model.config.hidden_size).to(model.device)
+    torch.nn.init.normal_(head.linear.weight, std=0.01)
+    old_values = [torch.zeros(d.num_turns) for d in demos]
+    returns = [torch.rand(d.num_turns) for d in demos]
+    zero = [torch.zeros(len(d.token_ids)) for d in demos]  # no policy gradient: the value loss alone
+    budget = 2 * max(len(d.token_ids) for d in demos)
+    assert len(pack_by_length([len(d.token_ids) for d in demos], budget)) == 2
+    results = []
+    for token_budget in (10**9, budget):
+        params = list(model.parameters()) + list(head.parameters())
+        optimizer = torch.optim.SGD(params, lr=0.0)
+        out = update(model, head, optimizer, demos, zero, TrainConfig(max_grad_norm=1e9, token_budget=token_budget),
+                     0, device=model.device, autocast_dtype=None, old_values=old_values, returns=returns)
+        results.append((torch.cat([p.grad.flatten() for p in params if p.grad is not None]), out["value_loss"]))
+    (whole, loss_whole), (parts, loss_parts) = results
+    assert abs(loss_whole - loss_parts) < 1e-6, (loss_whole, loss_parts)
+    assert float((whole - parts).norm() / whole.norm()) < 1e-4
+
+
+def test_value_head_reads_each_turn_before_its_action():
+    """V(s_t) is read where the model has seen the context of turn t and none of its action: the position
+    just before the turn's first sampled token (read after the action, the head would learn Q(s_t, a_t))."""
+    _, tokenizer = load_policy("smollm2-135m", device=TEST_DEVICE)
+    task = next(t for t in load_tasks("search_qa", "train") if t["hops"] == 2)
+    (demo,) = expert_rollout(tokenizer, "search_qa", [task])
+    positions = state_positions(demo)
+    assert len(positions) == demo.num_turns >= 3
+    for turn, p in enumerate(positions):
+        assert demo.loss_mask[p] == 0 and demo.loss_mask[p + 1] == 1 and demo.turn_index[p + 1] == turn
+        assert turn not in demo.turn_index[: p + 1]  # nothing of this turn's action is visible at p
+
+
+def _path(j: int, anchors: list[str]) -> Trajectory:
+    """A successful trajectory of group g through the given anchor states, two tokens per action."""
+    t = Trajectory(task_id="g", group_id="g@0", traj_id=f"g@0#{j}", messages=[], prompt_ids=[1, 2],
+                   token_ids=[1, 2], loss_mask=[0, 0], logprobs=[0.0, 0.0], turn_index=[-1, -1])
+    for k, anchor in enumerate(anchors):
+        t.token_ids += [5, 6]
+        t.loss_mask += [1, 1]
+        t.logprobs += [-1.0, -1.0]
+        t.turn_index += [k, k]
+        t.steps.append(Step(action_ids=[5, 6], action_text="x", logprobs=[-1.0, -1.0], anchor=anchor))
+    t.steps[-1].reward = t.reward = 1.0
+    return t
+
+
+def test_equal_reward_group_is_kept_when_gigpo_still_separates_its_members():
+    """Both rollouts succeed, one by a shorter path through the shared state B: outcome credit has nothing
+    to learn from the group (skipped), GiGPO's discounted step advantages do (kept)."""
+    group = TrajectoryGroup("g", "g@0", [_path(0, ["A", "B"]), _path(1, ["A", "C", "B", "D"])])
+    for credit, kept in (("outcome", 0), ("gigpo", 1)):
+        advantages = token_advantages(list(group), TrainConfig(credit=credit), {})
+        keep, kept_advantages = groups_with_signal([group], advantages)
+        assert len(keep) == kept and len(kept_advantages) == 2 * kept, credit
+
+
+def test_ctrl_c_during_an_update_saves_the_finished_step(tmp_path):
+    """SIGINT (what Ctrl+C sends) in the middle of step 2's update, between its two PPO epochs: the update
+    finishes, step 2 is logged and checkpointed, and resuming runs step 3 only."""
+    sent = []
+
+    def ctrl_c(step, loss):
+        if step == 2 and not sent:
+            sent.append(step)
+            os.kill(os.getpid(), signal.SIGINT)
+        return loss
+
+    config = _tiny(tmp_path, steps=3, tasks_per_step=1, reward_fn=_first_wins, max_turns=1, max_new_tokens=4,
+                   ppo_epochs=2, checkpoint_every=1, loss_hook=ctrl_c)
+    result = train(config)
+    assert result["interrupted"] and result["step"] == 2
+    assert json.loads((Path(config.run_dir) / "checkpoint" / "step.json").read_text())["step"] == 2
+    result = train(config)
+    assert result["step"] == 3 and not result["interrupted"]
+    assert [r["step"] for r in _train_rows(config.run_dir)] == [1, 2, 3]
+
+
+def test_cli_values_take_their_field_types():
+    parser = argparse.ArgumentParser()
+    _add_config_options(parser)
+    config = _config_from(parser.parse_args(["--bf16-autocast", "False", "--progress", "false", "--steps", "4e1",
+                                             "--lr", "1e-5", "--eps-high", "null", "--task-filter", '{"hops": 2}']))
+    assert (config.bf16_autocast, config.progress, config.steps, config.eps_high) == (False, False, 40, None)
+    assert config.lr == 1e-5 and config.task_filter == {"hops": 2}
+    for bad in (["--steps", "2.5"], ["--progress", "maybe"]):
+        with pytest.raises(SystemExit, match=bad[0]):
+            _config_from(parser.parse_args(bad))
 
 
 def test_sft_step_skips_a_non_finite_gradient_and_keeps_the_weights():

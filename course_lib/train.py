@@ -711,19 +711,23 @@ def _check(config: TrainConfig) -> None:
         raise ValueError(f"turn_reward must be 'process' or 'judge', got {config.turn_reward!r}")
 
 
-def groups_with_signal(groups: list[TrajectoryGroup], advantages: list[torch.Tensor]
+def groups_with_signal(groups: list[TrajectoryGroup], advantages: list[torch.Tensor], *, credit: str
                        ) -> tuple[list[TrajectoryGroup], list[torch.Tensor]]:
-    """The groups with a non-zero advantage somewhere, and their trajectories' advantages (in order).
+    """The groups the update trains on, and their trajectories' advantages (in order).
 
-    A group whose advantages are all zero gives no gradient, so it is skipped. Under outcome credit those
-    are exactly the groups whose rewards are all equal; GiGPO's step advantages and per-turn rewards can
-    still tell the members of an equal-reward group apart (a shorter path to the same state, fewer tool
-    errors), and then the group is kept.
+    outcome, turn: a group whose rewards are all equal is skipped. Under outcome credit its advantages
+    are all 0 (no gradient); under turn credit only the turn term would be left, and the verifier stays
+    in charge: turn rewards alone (a judge's taste) never train the model.
+    gigpo: a group is skipped only when all its advantages are 0. Its step advantages come from the
+    environment's own rewards, discounted, so they still separate the members of an all-success group
+    (a shorter path through the same state scores higher).
     """
     keep, kept, i = [], [], 0
     for g in groups:
         part, i = advantages[i:i + len(g)], i + len(g)
-        if any(len(a) and bool(a.abs().max() > 0) for a in part):
+        signal_left = (any(len(a) and bool(a.abs().max() > 0) for a in part) if credit == "gigpo"
+                       else len(set(g.rewards)) > 1)
+        if signal_left:
             keep.append(g)
             kept += part
     return keep, kept
@@ -793,7 +797,7 @@ def rl_step(step: int, model, tokenizer, value_head, optimizer, train_tasks: lis
         keep = judged
     else:
         advantages = token_advantages(trajs, config, row) if trajs else []
-        keep, advantages = groups_with_signal(judged, advantages)
+        keep, advantages = groups_with_signal(judged, advantages, credit=config.credit)
         trajs = [t for g in keep for t in g]
     row["seconds_advantage"] = time.perf_counter() - t0
     row["skipped_groups"] = len(groups) - len(keep)

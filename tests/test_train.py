@@ -218,12 +218,12 @@ def _path(j: int, anchors: list[str]) -> Trajectory:
 
 
 def test_equal_reward_group_is_kept_when_gigpo_still_separates_its_members():
-    """Both rollouts succeed, one by a shorter path through the shared state B: outcome credit has nothing
-    to learn from the group (skipped), GiGPO's discounted step advantages do (kept)."""
+    """Both rollouts succeed, one by a shorter path through the shared state B: outcome and turn credit skip
+    the group (no outcome signal), GiGPO's discounted step advantages still learn from it (kept)."""
     group = TrajectoryGroup("g", "g@0", [_path(0, ["A", "B"]), _path(1, ["A", "C", "B", "D"])])
-    for credit, kept in (("outcome", 0), ("gigpo", 1)):
+    for credit, kept in (("outcome", 0), ("turn", 0), ("gigpo", 1)):
         advantages = token_advantages(list(group), TrainConfig(credit=credit), {})
-        keep, kept_advantages = groups_with_signal([group], advantages)
+        keep, kept_advantages = groups_with_signal([group], advantages, credit=credit)
         assert len(keep) == kept and len(kept_advantages) == 2 * kept, credit
 
 

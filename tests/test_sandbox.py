@@ -7,8 +7,10 @@ its files, other episodes) is untouched. Limits are small so the whole file runs
 
 from __future__ import annotations
 
+import inspect
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -214,14 +216,51 @@ def test_sibling_episode_is_invisible_and_unwritable(workdir):
         remove_workdir(sibling)
 
 
+def test_there_is_no_read_only_bind_option():
+    # `ro_binds` protected neither the path (the agent renamed the parent directory and made its own
+    # file there) nor the host (a path the agent turned into a symlink was resolved on the host and
+    # its target bound in). What the verifier trusts stays out of the episode directory instead.
+    assert "ro_binds" not in inspect.signature(run_sandboxed).parameters
+
+
+def deep_tree(action: str) -> str:
+    """A Python command that walks two chains of directories, one deeper than PATH_MAX (25 names of
+    200 characters), one deeper than Python's recursion limit (1500 levels), and at the bottom of
+    each `make`s them or `write`s to the file `f` there."""
+    return ("python3 -c \"import os\ntop = os.getcwd()\nfor depth, name in ((25, 'e' * 200), (1500, 'd')):\n"
+            f"    for _ in range(depth):\n        {'os.mkdir(name); ' if action == 'make' else ''}os.chdir(name)\n"
+            "    open('f', 'a').write('x')\n    os.chdir(top)\nprint('reached the bottom')\"")
+
+
 @needs_bwrap
-def test_read_only_binds_cannot_be_changed(workdir):
-    (workdir / "tests").mkdir()
-    (workdir / "tests" / "test_hidden.py").write_text("assert True\n")
-    result = sh("cat tests/test_hidden.py; echo 'assert False' > tests/test_hidden.py; rm -f tests/test_hidden.py; "
-                "mv tests/test_hidden.py x.py; chmod 777 tests/test_hidden.py", workdir, ro_binds=[workdir / "tests" / "test_hidden.py"])
-    assert "assert True" in result.output
-    assert (workdir / "tests" / "test_hidden.py").read_text() == "assert True\n"
+def test_a_tree_too_deep_for_path_names_and_recursion_is_handed_over_and_removed(workdir):
+    # Walked by host path and recursion (os.walk, shutil.rmtree), such a tree broke every later command.
+    assert "reached the bottom" in sh(deep_tree("make"), workdir, limits=CPU_BOUND).output
+    result = sh(deep_tree("write"), workdir, limits=CPU_BOUND)  # as root: another uid, handed everything
+    assert result.returncode == 0 and "reached the bottom" in result.output
+    remove_workdir(workdir)
+    assert not workdir.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become another user")
+def test_a_deep_tree_the_agent_locked_is_removed_by_a_non_root_caller():
+    # Not root, permissions hold: directories locked (chmod 000) at the top and below PATH_MAX.
+    uid = 1_000_000_000 - 7  # below the sandbox's uids, unused
+    path = make_workdir("test-locked-")
+    os.chown(path, uid, uid)
+    script = ("import os, sys\nfrom course_lib.envs.sandbox import remove_workdir\npath = sys.argv[1]\n"
+              "os.chdir(path)\nfor _ in range(25):\n    os.mkdir('e' * 200); os.chdir('e' * 200)\n"
+              "os.mkdir('locked'); open('locked/f', 'w').close(); os.chmod('locked', 0)\n"
+              "os.chdir(path); os.makedirs('top/in'); os.chmod('top/in', 0); os.chmod('top', 0)\n"
+              "remove_workdir(path)\n")
+    try:
+        result = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable,
+                                 "-c", script, str(path)], capture_output=True, text=True, timeout=60,
+                                cwd=Path(__file__).parent.parent)
+        assert result.returncode == 0, result.stderr
+        assert not path.exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(path)])
 
 
 def test_cleanup_does_not_follow_symlinks_out_of_the_episode(workdir):

@@ -194,6 +194,35 @@ def test_hostile_commands_are_contained_and_the_episode_goes_on():
 
 
 @needs_bwrap
+def test_a_tree_too_deep_for_the_host_costs_the_agent_its_episode_only():
+    # Past PATH_MAX and Python's recursion limit: walking it by host path broke every later command,
+    # and the check's exception escaped step() and the whole batched rollout.
+    env = TerminalEnv(limits=Limits(wall_seconds=20.0))
+    try:
+        env.reset(first_task("organise"))
+        workdir = env.workdir
+        nest = "python3 -c \"import os\nfor name in ['e' * 200] * 25 + ['d'] * 1500:\n    os.mkdir(name); os.chdir(name)\""
+        assert env.step(run(nest)).observation == "[exit code 0]"
+        assert env.step(run("echo still here > proof.txt && cat proof.txt")).observation == "still here\n[exit code 0]"
+        result = env.step(format_answer("done"))
+        assert result.done and result.reward == 0.0 and result.info["check"].startswith("failed: AssertionError")
+    finally:
+        env.close()
+    assert not workdir.exists()
+
+
+def test_a_check_that_cannot_run_scores_zero_with_a_note(env, monkeypatch):
+    def unrunnable(*args, **kwargs):
+        raise OSError(36, "File name too long")
+
+    env.reset(first_task("organise"))
+    monkeypatch.setattr("course_lib.envs.terminal.run_sandboxed", unrunnable)
+    result = env.step(format_answer("done"))
+    assert result.done and result.reward == 0.0
+    assert result.info["check"] == "not run: OSError: [Errno 36] File name too long"
+
+
+@needs_bwrap
 def test_same_state_gives_the_same_observation_in_every_episode():
     # GiGPO anchors: the directory appears at /workspace whatever its real path.
     task = first_task("rename_extension")

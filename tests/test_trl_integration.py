@@ -6,6 +6,7 @@ Tiny sizes: the lookup environment, the embedded SmolLM2-135M, 2 generations, 2 
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -82,6 +83,25 @@ def test_environment_adapter_plays_our_environment(dataset):
     assert "episode is over" in env.lookup(name=task["target"])
     env.reset(**dataset[1])
     assert env.get_reward() == 0.0
+
+
+def test_environment_adapter_removes_its_episode_directory():
+    # TRL 1.16 pools the adapters and never closes them: closing is ours, `_close` so it is no tool.
+    factory = make_trl_environment_factory("terminal")
+    assert [s["function"]["name"] for s in tool_schemas(factory)] == ["answer", "run"]
+    row = {"task": json.dumps(load_tasks("terminal", "test", 1)[0])}
+    env = factory()
+    env.reset(**row)
+    workdir = env._env.workdir
+    env._close()
+    assert not workdir.exists()
+    env = factory()
+    env.reset(**row)
+    workdir = env._env.workdir
+    assert workdir.is_dir()
+    del env
+    gc.collect()
+    assert not workdir.exists()
 
 
 def test_completion_span_keeps_every_model_token(dataset):

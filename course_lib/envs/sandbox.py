@@ -25,8 +25,9 @@ Who runs the command. ``RLIMIT_NPROC`` counts processes per user and does not ap
 fork bomb run by root is only stopped by the clock. When we are root we therefore let bwrap set up
 the sandbox as root and then switch to a fresh user id, unused by anything else, with no
 capabilities (``setpriv``); inside it is named ``agent``. The episode directory is handed to that
-user before each command, so the agent owns its files and may chmod them: a file it must not change
-goes in ``ro_binds``. When we are not root, bwrap runs unprivileged in its own user namespace. In
+user before each command, so the agent owns its files and may chmod, rename or replace any of them:
+what the verifier must trust stays out of the episode directory (the terminal check is never written
+there). When we are not root, bwrap runs unprivileged in its own user namespace. In
 both cases the process limit is set inside the sandbox (``prlimit``), so it counts the processes of
 this one command only, not those of other episodes running at the same time.
 
@@ -54,7 +55,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,7 +120,11 @@ def make_workdir(prefix: str = "episode-") -> Path:
 
 
 def remove_workdir(path: str | Path) -> None:
-    """`rm -rf path`, also when the agent took away its own permissions. Never follows symlinks."""
+    """`rm -rf path`, also when the agent took away its own permissions. Never follows symlinks.
+
+    Any depth: the agent may nest directories past PATH_MAX or past Python's recursion limit, where
+    Python 3.11's `os.walk` and `shutil.rmtree` fail, so coreutils walk the tree (by file descriptor).
+    """
     path = Path(path)
     if path.is_symlink():
         path.unlink()
@@ -127,18 +132,11 @@ def remove_workdir(path: str | Path) -> None:
     if not path.exists():
         return
     # A directory without r/x cannot be emptied: give every directory back to its owner first.
-    # Symlinks are skipped, since chmod would follow them to a file outside the directory.
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o700)
-    for root, dirs, _ in os.walk(path):
-        for name in dirs:
-            sub = os.path.join(root, name)
-            if not os.path.islink(sub):
-                with contextlib.suppress(OSError):
-                    os.chmod(sub, 0o700)
-    shutil.rmtree(path, ignore_errors=True)
+    # `chmod -R` skips the symlinks it meets, so it never reaches a file outside the directory.
+    subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], capture_output=True)
+    removal = subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True, text=True)
     if path.exists():  # something we could not remove: say so rather than leak silently
-        shutil.rmtree(path)
+        raise OSError(f"could not remove the episode directory {path}: {removal.stderr.strip()}")
 
 
 # ----- is bubblewrap usable here? ----------------------------------------------------------------
@@ -156,7 +154,7 @@ def bwrap_available() -> bool:
         uid = _fresh_uid() if os.geteuid() == 0 else None
         if uid is not None:
             _hand_over(probe, uid)
-        argv, fds = _bwrap_argv(probe, Limits(), (), network=False, uid=uid)
+        argv, fds = _bwrap_argv(probe, Limits(), network=False, uid=uid)
         try:
             result = subprocess.run(argv + ["true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
                                     env=_default_env(WORKSPACE), pass_fds=fds)
@@ -202,11 +200,13 @@ def _fresh_uid() -> int:
 
 
 def _hand_over(workdir: Path, uid: int) -> None:
-    """Make the sandbox user the owner of everything in the episode directory (root only)."""
-    os.lchown(workdir, uid, uid)
-    for root, dirs, files in os.walk(workdir):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), uid, uid)  # lchown: never follow the agent's symlinks
+    """Make the sandbox user the owner of everything in the episode directory (root only).
+
+    `chown -R` walks any depth (see `remove_workdir`); -h -P: change the agent's symlinks themselves,
+    never follow them. An entry it cannot change stays with the previous run's user: that costs the
+    agent only, so the command runs anyway.
+    """
+    subprocess.run(["chown", "-R", "-h", "-P", f"{uid}:{uid}", "--", str(workdir)], capture_output=True)
 
 
 def _python_prefixes() -> list[str]:
@@ -230,8 +230,7 @@ def _tmpfs_size_supported() -> bool:
         return False
 
 
-def _bwrap_argv(workdir: Path, limits: Limits, ro_binds: Sequence[str | Path], *, network: bool,
-                uid: int | None) -> tuple[list[str], list[int]]:
+def _bwrap_argv(workdir: Path, limits: Limits, *, network: bool, uid: int | None) -> tuple[list[str], list[int]]:
     """The bwrap command line that runs a command inside the sandbox (append the command to it).
 
     Also returns the file descriptors bwrap reads from: pass them to the child, then close them.
@@ -259,14 +258,7 @@ def _bwrap_argv(workdir: Path, limits: Limits, ro_binds: Sequence[str | Path], *
     for prefix in _python_prefixes():
         argv += _parent_dirs(prefix, made) + ["--ro-bind", prefix, prefix]
 
-    argv += ["--bind", str(workdir), WORKSPACE]
-    for path in ro_binds:
-        source = Path(path).resolve()
-        if source.is_relative_to(workdir):  # a file of the episode the agent may read but not change
-            argv += ["--ro-bind", str(source), str(WORKSPACE / source.relative_to(workdir))]
-        else:
-            argv += _parent_dirs(str(source), made) + ["--ro-bind", str(source), str(source)]
-    argv += ["--chdir", WORKSPACE]
+    argv += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE]
 
     fds: list[int] = []
     if uid is not None:
@@ -422,15 +414,12 @@ def _read_bounded(proc: subprocess.Popen, limits: Limits, cleanup: Callable[[], 
 
 def run_sandboxed(argv: list[str], workdir: str | Path, *,
                   limits: Limits = Limits(),  # noqa: B008 (read, never mutated)
-                  stdin: str | None = None, env: dict[str, str] | None = None, ro_binds: Sequence[str | Path] = (),
-                  network: bool = False) -> SandboxResult:
+                  stdin: str | None = None, env: dict[str, str] | None = None, network: bool = False) -> SandboxResult:
     """Run `argv` in `workdir` under `limits`; see the module docstring for the sandbox.
 
     With bwrap the command sees `workdir` as /workspace (its working directory); without, it runs
     in `workdir` itself. `env` is added to a small default environment (PATH, HOME, LANG).
-    `ro_binds` are host paths made visible read-only: inside `workdir` at their place under
-    /workspace, elsewhere at their own path (bwrap only). Never raises because of what the command
-    does: every failure comes back in the result.
+    Never raises because of what the command does: every failure comes back in the result.
     """
     if not argv:
         raise ValueError("argv is empty; pass the command as a list, e.g. ['bash', '-c', 'ls']")
@@ -444,7 +433,7 @@ def run_sandboxed(argv: list[str], workdir: str | Path, *,
         uid = _fresh_uid() if os.geteuid() == 0 else None
         if uid is not None:
             _hand_over(workdir, uid)
-        prefix, fds = _bwrap_argv(workdir, limits, ro_binds, network=network, uid=uid)
+        prefix, fds = _bwrap_argv(workdir, limits, network=network, uid=uid)
         command = prefix + list(argv)
         full_env = _default_env(WORKSPACE) | (env or {})
         # The process limit is set inside the sandbox (prlimit), see _bwrap_argv.

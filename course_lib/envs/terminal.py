@@ -76,8 +76,12 @@ class TerminalEnv(Environment):
             return 0.0
         # -I: isolated mode, so a `json.py` the agent left in the directory cannot shadow the stdlib;
         # -S: the check needs the stdlib only, and starts twice as fast without site-packages.
-        result = run_sandboxed([sys.executable, "-I", "-S", "-c", self.task["check"]], self.workdir,
-                               limits=_CHECK_LIMITS)
+        try:
+            result = run_sandboxed([sys.executable, "-I", "-S", "-c", self.task["check"]], self.workdir,
+                                   limits=_CHECK_LIMITS)
+        except Exception as exc:  # the agent made the check unrunnable: its episode fails, not the batch
+            self.info["check"] = f"not run: {type(exc).__name__}: {exc}"[:500]
+            return 0.0
         passed = result.returncode == 0 and not result.timed_out
         self.info["check"] = "passed" if passed else "failed: " + (result.output.strip().splitlines() or ["?"])[-1]
         return float(passed)

@@ -43,6 +43,7 @@ import inspect
 import json
 import os
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -143,7 +144,10 @@ class TRLEnvironment:
 
     Every tool call goes through ``env.step`` with the canonical tool-call text, so argument checks,
     error observations and the turn limit are the environment's own. Internal names start with ``_``:
-    TRL turns every public method except ``reset`` and ``get_reward`` into a tool.
+    TRL turns every public method except ``reset`` and ``get_reward`` into a tool, which is why closing
+    is ``_close()``, not ``close()``. TRL 1.16 pools the instances for the trainer's life and never
+    closes them, so the wrapped environment (its episode directory) is also closed when the adapter is
+    garbage-collected or the interpreter exits.
     """
 
     env_name = ""
@@ -151,6 +155,7 @@ class TRLEnvironment:
     def __init__(self, **env_options: Any):
         self._env = make_env(self.env_name, **env_options)
         self._reward: float | None = None
+        weakref.finalize(self, self._env.close)  # TRL never closes it; close() twice is fine
 
     def reset(self, **row: Any) -> None:
         """Start the task of a dataset row (its ``task`` column); the prompt already holds the question."""
@@ -158,6 +163,10 @@ class TRLEnvironment:
         self._reward = None
         self._env.reset(task)
         return None
+
+    def _close(self) -> None:
+        """Close the wrapped environment (remove its episode directory). Safe to call twice."""
+        self._env.close()
 
     def _play(self, action_text: str) -> str:
         if self._env.task is None:

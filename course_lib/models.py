@@ -72,7 +72,9 @@ def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> 
     if dtype not in (None, "auto"):
         return getattr(torch, dtype), None
     if device.type == "cuda":
-        return torch.float32, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        # including_emulation=False: by default torch also says True on a T4 (bf16 emulated, no bf16 matmuls).
+        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        return torch.float32, torch.bfloat16 if bf16 else torch.float16
     return torch.float32, None
 
 

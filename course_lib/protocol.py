@@ -160,8 +160,11 @@ def parse_action(text: str, tools: list[Tool]) -> Action:
         return _malformed(f"nothing may follow a tool call; stop right after {TOOL_CLOSE} and wait for the result")
     try:
         payload = json.loads(m.group(1))
-    except (json.JSONDecodeError, RecursionError) as exc:
-        msg = getattr(exc, "msg", "too deeply nested")
+    except (ValueError, RecursionError) as exc:  # ValueError: a JSONDecodeError, or an integer over 4300 digits
+        if isinstance(exc, json.JSONDecodeError):
+            msg = exc.msg
+        else:
+            msg = "too deeply nested" if isinstance(exc, RecursionError) else "a number is too long"
         return _malformed(f"the tool call is not valid JSON ({msg}); write {{\"name\": ..., \"arguments\": {{...}}}}")
     if not isinstance(payload, dict):
         return _malformed("the tool call must be a JSON object with keys 'name' and 'arguments'")

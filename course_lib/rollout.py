@@ -244,18 +244,33 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
 
     env_factory: an environment name or a callable that builds a fresh environment (one per episode:
     each rollout has its own state and sandbox). temperature <= 0 means greedy decoding.
+    max_context: no turn is generated from a context longer than max_context - max_new_tokens; an episode
+    whose next observation would pass that ends there (info["context_limit"]), scored by the verifier.
     reuse_cache: keep each episode's keys and values between turns (False: every turn runs the model
     over the whole context again; the same tokens up to floating-point rounding, only slower).
     """
     make = _factory(env_factory)
     eot = end_of_turn_id(tokenizer)
     stats = stats if stats is not None else RolloutStats()
+    envs: list[Environment] = []
     episodes: list[_Episode] = []
     groups: list[TrajectoryGroup] = []
     pool = ThreadPoolExecutor(max_workers=env_workers)
+    bar = tqdm(total=len(tasks) * group_size, desc="rollout episodes", disable=not progress, leave=False)
+
+    def end(e: _Episode, reward: float, last_observation: str, info: dict[str, Any]) -> None:
+        e.builder.finish(reward, last_observation=last_observation, done_info=info)
+        e.done, e.cache = True, None
+        bar.update(1)
+
+    def fits(e: _Episode, extra: int) -> bool:
+        """Whether a turn can be generated from the context plus `extra` tokens without passing max_context."""
+        return len(e.builder.token_ids) + extra + max_new_tokens <= max_context
+
     try:
         t0 = time.perf_counter()
-        envs = [make() for _ in range(len(tasks) * group_size)]
+        for _ in range(len(tasks) * group_size):  # one by one: `finally` closes those made before a failure
+            envs.append(make())
         first_obs = list(pool.map(lambda et: et[0].reset(et[1]),
                                   [(envs[i * group_size + j], task) for i, task in enumerate(tasks) for j in range(group_size)]))
         stats.env_seconds += time.perf_counter() - t0
@@ -271,9 +286,13 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
                                             traj_id=f"{group_id}#{j}", end_of_turn_id=eot)
                 episodes.append(_Episode(env, builder))
                 members.append(builder.traj)
+                if not fits(episodes[-1], 0):
+                    raise ValueError(
+                        f"the first prompt of task {task['id']!r} is {len(builder.token_ids)} tokens: with "
+                        f"max_new_tokens={max_new_tokens} no turn fits in max_context={max_context}; raise max_context"
+                    )
             groups.append(TrajectoryGroup(str(task["id"]), group_id, members))
 
-        bar = tqdm(total=len(episodes), desc="rollout episodes", disable=not progress, leave=False)
         for turn in range(max_turns):
             live = [e for e in episodes if not e.done]
             if not live:
@@ -295,22 +314,20 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
             results = list(pool.map(lambda es: es[0].env.step(es[1].action_text), zip(live, steps)))
             stats.env_seconds += time.perf_counter() - t0
             for e, res in zip(live, results):
-                too_long = len(e.builder.token_ids) + max_new_tokens > max_context
                 if res.done:
-                    e.builder.finish(res.reward, last_observation=res.observation, done_info=res.info)
-                elif too_long or turn == max_turns - 1:
-                    reward = float(e.env.score())
-                    info = dict(res.info, context_limit=too_long, turn_limit=not too_long)
-                    e.builder.finish(reward, last_observation=res.observation, done_info=info)
-                else:
-                    e.builder.add_observation(res.observation, info=res.info)
+                    end(e, res.reward, res.observation, res.info)
                     continue
-                e.done, e.cache = True, None
-                bar.update(1)
-        bar.close()
+                # The next turn is generated from context + observation (its template delta): it must fit.
+                too_long = not fits(e, len(e.builder.observation_ids(res.observation)))
+                if too_long or turn == max_turns - 1:
+                    info = dict(res.info, context_limit=too_long, turn_limit=not too_long)
+                    end(e, float(e.env.score()), res.observation, info)
+                else:
+                    e.builder.add_observation(res.observation, reward=res.reward, info=res.info)
     finally:
-        for e in episodes:
-            e.env.close()
+        bar.close()
+        for env in envs:
+            env.close()
         pool.shutdown(wait=True)
     return groups
 
@@ -341,7 +358,7 @@ def expert_rollout(tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
                 if res.done:
                     b.finish(res.reward, last_observation=res.observation, done_info=res.info)
                     break
-                b.add_observation(res.observation, info=res.info)
+                b.add_observation(res.observation, reward=res.reward, info=res.info)
             out.append(b.traj)
         finally:
             env.close()

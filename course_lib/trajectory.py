@@ -10,18 +10,21 @@ A trajectory is one token sequence:
 * Everything the environment contributed (the observation, plus the chat-template tokens around it)
   is appended as a token *delta*: the text that the chat template adds after the action, tokenised
   on its own. `loss_mask` is 0 there: the model is credited for what it chose, not for what a tool
-  printed.
+  printed. A control-token string inside an observation ("<|im_end|>" in a file) stays plain text: only
+  the template's own control tokens mark turns.
 * The prefix property (the rendered conversation up to turn k is a prefix of the one up to turn k+1)
   is checked at every turn; a template that rewrites history raises `TemplatePrefixError`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 OBSERVATION_ROLE = "tool"
+_PLACEHOLDER = "\x00observation\x00"  # stands in for an observation to find where the template puts it
 
 
 class TemplatePrefixError(RuntimeError):
@@ -107,6 +110,29 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def _control_pattern(tokenizer) -> re.Pattern | None:
+    """The strings the tokenizer turns into added (control) tokens, such as <|im_end|>, longest first."""
+    contents = sorted({t.content for t in tokenizer.added_tokens_decoder.values()}, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, contents))) if contents else None
+
+
+def _encode_outside_text(tokenizer, control: re.Pattern | None, text: str, start: int, end: int) -> list[int]:
+    """Tokens of `text`, where text[start:end] came from outside (a tool's output): a control-token string
+    there (a file that contains "<|im_end|>") stays plain text instead of becoming a fake turn boundary.
+
+    The tokenizer cuts text at control tokens and encodes the pieces between them on their own, so the
+    piece around [start, end) is encoded alone, with special-token parsing off: for outside text without
+    control strings the tokens are exactly those of encoding the whole text.
+    """
+    if control is None:
+        return _encode(tokenizer, text)
+    piece_start = max((m.end() for m in control.finditer(text, 0, start)), default=0)
+    after = control.search(text, end)
+    piece_end = after.start() if after else len(text)
+    outside = tokenizer(text[piece_start:piece_end], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return _encode(tokenizer, text[:piece_start]) + outside + _encode(tokenizer, text[piece_end:])
+
+
 class TrajectoryBuilder:
     """Builds a `Trajectory` turn by turn from sampled action tokens and observation texts."""
 
@@ -115,6 +141,7 @@ class TrajectoryBuilder:
         self.tokenizer = tokenizer
         self.end_of_turn_id = end_of_turn_id
         self.observation_role = observation_role
+        self.control = _control_pattern(tokenizer)
         self.text = render(tokenizer, messages, add_generation_prompt=True)  # what token_ids decode to
         prompt_ids = _encode(tokenizer, self.text)
         self.traj = Trajectory(task_id=task_id, group_id=group_id, traj_id=traj_id,
@@ -150,33 +177,65 @@ class TrajectoryBuilder:
         self.text += action_text
         return step
 
-    def _delta(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> list[int]:
-        """Tokens the template adds after the last action, minus an end-of-turn token already sampled."""
+    def _delta(self, messages: list[dict[str, str]], add_generation_prompt: bool,
+               observation: bool = False) -> tuple[str, list[int]]:
+        """The rendering of `messages` and the tokens it adds after the last action, minus an end-of-turn
+        token already sampled. Appends nothing. observation: the last message is one, and its content is
+        encoded as plain text (see `_encode_outside_text`)."""
         full = render(self.tokenizer, messages, add_generation_prompt=add_generation_prompt)
         if not full.startswith(self.text):
             raise TemplatePrefixError(
                 "the chat template does not keep earlier turns unchanged (prefix property broken); "
                 f"expected the rendering to start with ...{self.text[-80:]!r}, got ...{full[len(self.text) - 80:len(self.text)]!r}"
             )
-        ids = _encode(self.tokenizer, full[len(self.text):])
+        span = self._observation_span(messages, full) if observation else None
+        if span is None:
+            ids = _encode(self.tokenizer, full[len(self.text):])
+        else:
+            start, end = span[0] - len(self.text), span[1] - len(self.text)
+            ids = _encode_outside_text(self.tokenizer, self.control, full[len(self.text):], start, end)
         step = self.traj.steps[-1]
         if step.action_ids and step.action_ids[-1] == self.end_of_turn_id:
             if not ids or ids[0] != self.end_of_turn_id:
                 raise TemplatePrefixError("the template does not close the assistant turn with the end-of-turn token")
             ids = ids[1:]
-        self.text = full
-        return ids
+        return full, ids
+
+    def _observation_span(self, messages: list[dict[str, str]], full: str) -> tuple[int, int] | None:
+        """Where the last message's content (an observation) lies in `full`; None if that cannot be told.
+
+        Rendered again with a placeholder in its place, the text around the content must not change; the
+        template may still rewrite the content itself (strip it, say)."""
+        placeholder = messages[:-1] + [dict(messages[-1], content=_PLACEHOLDER)]
+        before, found, after = render(self.tokenizer, placeholder, add_generation_prompt=True).partition(_PLACEHOLDER)
+        if (not found or not full.startswith(before) or not full.endswith(after)
+                or len(before) + len(after) > len(full) or len(before) < len(self.text)):
+            return None
+        return len(before), len(full) - len(after)
+
+    def _with_observation(self, text: str) -> list[dict[str, str]]:
+        return self.traj.messages + [{"role": self.observation_role, "content": text}]
+
+    def observation_ids(self, text: str) -> list[int]:
+        """The tokens `add_observation(text)` would append (the template's delta), without appending them:
+        to check that the context stays within a length budget before committing to the observation."""
+        if self.closed:
+            raise RuntimeError("the trajectory is closed")
+        return self._delta(self._with_observation(text), add_generation_prompt=True, observation=True)[1]
 
     def add_observation(self, text: str, *, reward: float = 0.0, done: bool = False,
                         info: dict[str, Any] | None = None) -> None:
         """Append the environment's answer to the last action (mask 0), ready for the next action."""
+        if self.closed:
+            raise RuntimeError("the trajectory is closed")
+        messages = self._with_observation(text)
+        self.text, ids = self._delta(messages, add_generation_prompt=True, observation=True)
         step = self.traj.steps[-1]
         step.observation_text, step.reward, step.done = text, reward, done
         step.info = dict(info or {})
-        messages = self.traj.messages + [{"role": self.observation_role, "content": text}]
-        step.observation_ids = self._delta(messages, add_generation_prompt=True)
+        step.observation_ids = ids
         self.traj.messages = messages
-        self._append(step.observation_ids, mask=0, turn=len(self.traj.steps) - 1)
+        self._append(ids, mask=0, turn=len(self.traj.steps) - 1)
 
     def finish(self, reward: float, *, last_observation: str = "", done_info: dict[str, Any] | None = None) -> Trajectory:
         """Close the last turn the way the template renders it (mask 0) and set the reward."""
@@ -185,7 +244,7 @@ class TrajectoryBuilder:
             step.observation_text, step.done = last_observation, True
             step.reward = reward
             step.info.update(done_info or {})
-            closing = self._delta(self.traj.messages, add_generation_prompt=False)
+            self.text, closing = self._delta(self.traj.messages, add_generation_prompt=False)
             self._append(closing, mask=0, turn=len(self.traj.steps) - 1)
         self.traj.reward = float(reward)
         self.traj.info.update(done_info or {})

@@ -1,6 +1,7 @@
 """The embedded model's cache, device/dtype choice, thread count and the offline error for hub names."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,9 +29,17 @@ def test_dtype_choice_per_device():
     assert pick_dtype(cpu, torch.bfloat16) == (torch.bfloat16, None)
 
 
-@pytest.mark.parametrize("bf16_supported, autocast", [(True, torch.bfloat16), (False, torch.float16)])
-def test_cuda_keeps_fp32_weights_so_that_training_updates_are_not_rounded_away(monkeypatch, bf16_supported, autocast):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16_supported)
+@pytest.mark.parametrize("gpu, capability, autocast", [("A100", (8, 0), torch.bfloat16), ("T4", (7, 5), torch.float16)])
+def test_cuda_keeps_fp32_weights_so_that_training_updates_are_not_rounded_away(monkeypatch, gpu, capability, autocast):
+    # Fake the hardware, not is_bf16_supported: torch's own answer is what is tested. A T4 can create bf16
+    # tensors (emulation), which the default is_bf16_supported() counts as support.
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(
+        name=gpu, major=capability[0], minor=capability[1]))
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)
     assert pick_dtype(torch.device("cuda")) == (torch.float32, autocast)
 
 

@@ -66,6 +66,9 @@ MALFORMED = {
     "extra top-level key": ('<tool_call>{"name": "search", "arguments": {"query": "a"}, "id": 1}</tool_call>', "unexpected key"),
     "empty call": ("<tool_call></tool_call>", "not valid JSON"),
     "deeply nested json": ("<tool_call>" + "[" * 100000 + "]" * 100000 + "</tool_call>", ""),
+    # json.loads raises a plain ValueError (not a JSONDecodeError) past Python's 4300-digit int limit.
+    "integer too long": ('<tool_call>{"name": "search", "arguments": {"query": ' + "9" * 5000 + "}}</tool_call>",
+                         "a number is too long"),
 }
 
 

@@ -411,7 +411,7 @@ def grpo_config(output_dir: str = "runs/trl", *, steps: int = 2, num_generations
     from trl import GRPOConfig
 
     cuda = torch.cuda.is_available()
-    bf16 = cuda and torch.cuda.is_bf16_supported()
+    bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # a T4 emulates bf16: fp16 there
     options: dict[str, Any] = dict(
         output_dir=output_dir, max_steps=steps, num_generations=num_generations,
         per_device_train_batch_size=batch_size, max_completion_length=max_completion_length,

@@ -234,10 +234,10 @@ def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path
              "(greedy). Every run starts from the same warm start of its environment.", "",
              "Final held-out success: mean over seeds with a 95% t-interval (seeds in brackets); wall time and "
              "training tokens are means per run.", "",
-             "Groups without signal: the share of sampled groups whose rollouts all got the same reward (their "
-             "outcome advantage is zero; the trainer skips them for every method but the critic); updates: "
-             "optimizer steps taken out of the steps run, summed over seeds.", "",
-             "| environment | method | success | 95% interval | seeds | groups without signal | updates | "
+             "Equal-reward groups: the share of sampled groups whose rollouts all got the same reward (outcome "
+             "and turn credit skip them; GiGPO keeps those whose step advantages are not all zero; the critic "
+             "trains on all); updates: optimizer steps taken out of the steps run, summed over seeds.", "",
+             "| environment | method | success | 95% interval | seeds | equal-reward groups | updates | "
              "wall time (s) | train tokens |",
              "|---|---|---|---|---|---|---|---|---|"]
     for env in envs:

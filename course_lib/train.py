@@ -567,7 +567,8 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
            old_values: list[torch.Tensor] | None = None, returns: list[torch.Tensor] | None = None) -> dict:
     """`ppo_epochs` optimizer steps over the batch, each accumulating gradients over length-bucketed
     micro-batches. Returns the update's metrics; `nonfinite` is True when a NaN/inf loss or gradient
-    made it skip the optimizer step."""
+    made it skip an optimizer step (that epoch and the ones after it); `epochs_stepped` counts the
+    optimizer steps taken before that, `ppo_epochs` when all went well."""
     critic = value_head is not None
     batches = pack_by_length([len(t.token_ids) for t in trajs], config.token_budget)
     n_items = sum(t.num_model_tokens for t in trajs)
@@ -580,7 +581,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
     scale = loss_scale(autocast_dtype)
     sums: Counter = Counter()
     out = {"micro_batches": len(batches), "padding_fraction": 1 - real / padded, "train_tokens": real,
-           "nonfinite": False}
+           "nonfinite": False, "epochs_stepped": 0}
     model.train()
     t0 = time.perf_counter()
     for epoch in range(config.ppo_epochs):
@@ -633,6 +634,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
             out["nonfinite"] = True
             break
         optimizer.step()
+        out["epochs_stepped"] += 1
     model.eval()
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)  # the last optimizer step is queued, not done, until this returns
@@ -687,6 +689,16 @@ def _truncate_metrics(path: Path, last_step: int) -> None:
     """Keep only rows up to the checkpoint's step: a step logged after it will be run again."""
     rows = read_metrics(path.parent)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= last_step))
+
+
+def _bad_in_a_row(rows: list[dict]) -> int:
+    """How many of the last logged training steps in a row had a NaN/inf update (to resume the count)."""
+    count = 0
+    for row in reversed([r for r in rows if r["kind"] == "train"]):
+        if not row.get("nonfinite"):
+            break
+        count += 1
+    return count
 
 
 def _log(path: Path, row: dict) -> None:
@@ -864,7 +876,7 @@ def train(config: TrainConfig) -> dict:
     last_eval = next((r for r in reversed(read_metrics(run_dir)) if r["kind"] == "eval"), None)
     if start == 0 and config.eval_every > 0 and config.eval_tasks > 0:
         last_eval = run_eval(0)
-    step, bad_in_a_row, interrupted = start, 0, False
+    step, bad_in_a_row, interrupted = start, _bad_in_a_row(read_metrics(run_dir)), False
     held = DeferredInterrupt()
     bar = tqdm(range(start + 1, config.steps + 1), desc=f"RL {config.credit}", disable=not config.progress,
                initial=start, total=config.steps)
@@ -876,7 +888,9 @@ def train(config: TrainConfig) -> dict:
             step = next_step
             bad_in_a_row = bad_in_a_row + 1 if row["nonfinite"] else 0
             if row["nonfinite"]:
-                print(f"step {step}: NaN/inf in the loss or the gradients; update skipped ({bad_in_a_row} in a row)")
+                done = (f"update stopped after {row['epochs_stepped']} of {config.ppo_epochs} PPO epochs"
+                        if row["epochs_stepped"] else "update skipped")
+                print(f"step {step}: NaN/inf in the loss or the gradients; {done} ({bad_in_a_row} in a row)")
             if bad_in_a_row >= config.max_bad_updates:
                 raise RuntimeError(
                     f"{bad_in_a_row} updates in a row had a NaN/inf loss or gradient (last at step {step}); "

@@ -146,6 +146,7 @@ class TrajectoryBuilder:
         prompt_ids = _encode(tokenizer, self.text)
         self.traj = Trajectory(task_id=task_id, group_id=group_id, traj_id=traj_id,
                                messages=[dict(m) for m in messages], prompt_ids=list(prompt_ids))
+        self._checked = None  # the last `observation_ids` result, reused by `add_observation`
         self._append(prompt_ids, mask=0, turn=-1)
         self.closed = False
 
@@ -155,6 +156,7 @@ class TrajectoryBuilder:
 
     def _append(self, ids: list[int], *, mask: int, turn: int, logprobs: list[float] | None = None) -> None:
         t = self.traj
+        self._checked = None
         t.token_ids.extend(ids)
         t.loss_mask.extend([mask] * len(ids))
         t.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
@@ -221,7 +223,9 @@ class TrajectoryBuilder:
         to check that the context stays within a length budget before committing to the observation."""
         if self.closed:
             raise RuntimeError("the trajectory is closed")
-        return self._delta(self._with_observation(text), add_generation_prompt=True, observation=True)[1]
+        rendered = self._delta(self._with_observation(text), add_generation_prompt=True, observation=True)
+        self._checked = ((text, len(self.token_ids)), rendered)
+        return rendered[1]
 
     def add_observation(self, text: str, *, reward: float = 0.0, done: bool = False,
                         info: dict[str, Any] | None = None) -> None:
@@ -229,7 +233,11 @@ class TrajectoryBuilder:
         if self.closed:
             raise RuntimeError("the trajectory is closed")
         messages = self._with_observation(text)
-        self.text, ids = self._delta(messages, add_generation_prompt=True, observation=True)
+        checked, self._checked = self._checked, None
+        if checked is not None and checked[0] == (text, len(self.token_ids)):  # rendered by `observation_ids`
+            self.text, ids = checked[1]
+        else:
+            self.text, ids = self._delta(messages, add_generation_prompt=True, observation=True)
         step = self.traj.steps[-1]
         step.observation_text, step.reward, step.done = text, reward, done
         step.info = dict(info or {})

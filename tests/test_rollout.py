@@ -250,3 +250,32 @@ def test_control_token_strings_in_an_observation_stay_plain_text(tokenizer):
     b.add_observation("Port Aldis\n\n  (2 results)")
     after = render(tok, b.traj.messages, add_generation_prompt=True)
     assert b.traj.steps[-1].observation_ids == tok(after[len(before):], add_special_tokens=False)["input_ids"][1:]
+
+
+def test_observation_checked_for_length_is_rendered_once_and_appended_unchanged(tokenizer, monkeypatch):
+    import course_lib.trajectory as trajectory
+
+    tok, eot = tokenizer, tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ids = tok("<tool_call>x</tool_call>", add_special_tokens=False)["input_ids"] + [eot]
+
+    def builder() -> TrajectoryBuilder:
+        b = TrajectoryBuilder(tok, [{"role": "user", "content": "hi"}], task_id="t", group_id="g", traj_id="0",
+                              end_of_turn_id=eot)
+        b.add_action(ids, [0.0] * len(ids))
+        return b
+
+    plain = builder()
+    plain.add_observation("Port Aldis")
+    renders = []
+    monkeypatch.setattr(trajectory, "render", lambda *a, **k: renders.append(1) or render(*a, **k))
+    checked = builder()
+    renders.clear()
+    assert checked.observation_ids("Port Aldis") == plain.traj.steps[-1].observation_ids
+    checked.add_observation("Port Aldis")
+    assert len(renders) == 2  # the observation and its placeholder, once, not twice
+    assert (checked.token_ids, checked.text) == (plain.token_ids, plain.text)
+    # A check of one text never stands in for another.
+    other = builder()
+    other.observation_ids("something else")
+    other.add_observation("Port Aldis")
+    assert other.token_ids == plain.token_ids

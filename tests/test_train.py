@@ -4,6 +4,7 @@ and skipping of groups whose rewards are all equal. The embedded model is real; 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -307,6 +308,32 @@ def test_nan_update_is_skipped_then_three_in_a_row_stop(tmp_path):
         train(config)
     rows = _train_rows(config.run_dir)
     assert [r["nonfinite"] for r in rows] == [True, False, True, True, True]
+
+
+def test_the_nan_count_survives_a_resume_and_a_late_epoch_is_reported(tmp_path):
+    """NaN at steps 2 and 3, a stop and a resume, NaN at 4: three in a row across the resume stop the run.
+    At step 5 of another run, only the second of two PPO epochs is poisoned: one optimizer step was taken."""
+    calls = []
+
+    def poison(step, loss):
+        return loss * float("nan") if step in (2, 3, 4) else loss
+
+    config = _tiny(tmp_path, steps=3, tasks_per_step=1, reward_fn=_first_wins, max_turns=1, max_new_tokens=4,
+                   checkpoint_every=1, loss_hook=poison)
+    assert train(config)["step"] == 3  # two in a row: the run goes on
+    with pytest.raises(RuntimeError, match="3 updates in a row had a NaN/inf"):
+        train(dataclasses.replace(config, steps=5))
+    assert [r["nonfinite"] for r in _train_rows(config.run_dir)] == [False, True, True, True]
+
+    def late(step, loss):  # one micro-batch per epoch here: the second call is the second epoch
+        calls.append(step)
+        return loss * float("nan") if len(calls) == 2 else loss
+
+    config = _tiny(tmp_path / "epochs", steps=1, tasks_per_step=1, reward_fn=_first_wins, max_turns=1,
+                   max_new_tokens=4, ppo_epochs=2, loss_hook=late)
+    train(config)
+    (row,) = _train_rows(config.run_dir)
+    assert len(calls) == 2 and row["nonfinite"] and row["epochs_stepped"] == 1
 
 
 def test_resume_after_sigkill_loses_and_repeats_no_step(tmp_path):

@@ -204,6 +204,11 @@ def state_positions(trajectory: Trajectory) -> list[int]:
     return [first.get(k, 0) for k in range(trajectory.num_turns)]
 
 
+def _read_positions(trajectories: list[Trajectory]) -> torch.Tensor:
+    """`state_positions` of a micro-batch, padded with -1 to [B, most turns]."""
+    return _pad([state_positions(t) for t in trajectories], -1, torch.long)
+
+
 def _forward(model, batch: dict, device, autocast_dtype, temperature: float, need_hidden: bool = False):
     """(log-probs [B, T] float32, logits [N, V], last hidden state [B, T, H] or None).
 
@@ -530,7 +535,7 @@ def critic_advantages(model, value_head, trajs: list[Trajectory], config: TrainC
         batch = collate([trajs[i] for i in rows])
         with autocast_context(device, autocast_dtype):
             hidden = _hidden(model, batch, device)  # the values need no output layer
-        positions = _pad([state_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
+        positions = _read_positions([trajs[i] for i in rows]).to(device)
         v = value_head(hidden, positions).float().cpu()
         for j, i in enumerate(rows):
             values[i] = v[j, : trajs[i].num_turns]
@@ -579,6 +584,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
     padded = sum(len(rows) * max(len(trajs[i].token_ids) for i in rows) for rows in batches)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     scale = loss_scale(autocast_dtype)
+    read_at = [_read_positions([trajs[i] for i in rows]).to(device) for rows in batches] if critic else None
     sums: Counter = Counter()
     out = {"micro_batches": len(batches), "padding_fraction": 1 - real / padded, "train_tokens": real,
            "nonfinite": False, "epochs_stepped": 0}
@@ -587,7 +593,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
     for epoch in range(config.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
         total_loss = 0.0
-        for rows in batches:
+        for k, rows in enumerate(batches):
             batch = collate([trajs[i] for i in rows], [advantages[i] for i in rows])
             logprobs, logits, hidden = _forward(model, batch, device, autocast_dtype, config.temperature,
                                                 need_hidden=critic)
@@ -605,7 +611,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
                                       num_items_in_batch=n_items)
             loss = loss * share
             if critic:
-                positions = _pad([state_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
+                positions = read_at[k]
                 values = value_head(hidden, positions).float()
                 turn_mask = (positions >= 0).float()
                 v_loss = value_loss(values, _pad([old_values[i].tolist() for i in rows], 0.0, torch.float32).to(device),

@@ -173,6 +173,20 @@ def test_writing_system_files_fails(workdir):
 
 
 @needs_bwrap
+def test_dev_cannot_fill_memory(workdir):
+    # /dev and /dev/shm are tmpfs, in memory: many files, each below the file size limit, must not
+    # fill it. /dev is read-only; /dev/shm stays writable (multiprocessing's locks live there), capped.
+    result = sh("touch /dev/evil || echo dev-read-only; echo x > /dev/null && head -c 8 /dev/urandom | wc -c; "
+                "python -c 'import multiprocessing; multiprocessing.Lock(); print(\"lock-ok\")'; "
+                "for i in $(seq 8); do head -c 900000 /dev/zero > /dev/shm/f$i || { echo shm-full-at-$i; break; }; done",
+                workdir)
+    lines = result.output.splitlines()
+    assert {"dev-read-only", "8", "lock-ok"} <= set(lines), result.output
+    if sandbox._tmpfs_size_supported():  # the cap, 4 x file_size_mb = 4 MB, fits four files of 0.9 MB
+        assert "shm-full-at-5" in lines, result.output
+
+
+@needs_bwrap
 def test_reading_host_secrets_fails(workdir):
     host_file = Path(tempfile.gettempdir()) / f"host-secret-{secrets.token_hex(6)}"
     host_file.write_text("host secret")

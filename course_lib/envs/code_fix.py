@@ -51,7 +51,14 @@ from string import Template
 from typing import Any
 
 from course_lib.envs.base import Environment, ToolError
-from course_lib.envs.sandbox import Limits, SandboxResult, make_workdir, remove_workdir, run_sandboxed
+from course_lib.envs.sandbox import (
+    Limits,
+    SandboxResult,
+    make_workdir,
+    owned_workdir,
+    remove_workdir,
+    run_sandboxed,
+)
 from course_lib.protocol import Tool, format_answer, format_tool_call
 
 N_TRAIN, N_TEST = 200, 50
@@ -888,7 +895,7 @@ class CodeFixEnv(Environment):
 
     # ----- episode ----------------------------------------------------------------------------------
     def setup(self, task: dict[str, Any]) -> str:
-        self.workdir = make_workdir("code-fix-")
+        self.workdir, self._remove_workdir = owned_workdir(self, "code-fix-")
         for path, content in task["files"].items():
             target = self.workdir / path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -900,7 +907,7 @@ class CodeFixEnv(Environment):
 
     def close(self) -> None:
         if self.workdir is not None:
-            remove_workdir(self.workdir)
+            self._remove_workdir()  # removes it once; also runs if the environment is dropped unclosed
             self.workdir = None
 
     # ----- tools ------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import pandas as pd
 
 from course_lib.envs import data_dir
 from course_lib.envs.base import Environment, ToolError
-from course_lib.envs.sandbox import Limits, make_workdir, remove_workdir, run_sandboxed
+from course_lib.envs.sandbox import Limits, owned_workdir, run_sandboxed
 from course_lib.protocol import Tool, format_answer, format_tool_call
 
 N_TRAIN, N_TEST = 240, 60
@@ -503,7 +503,7 @@ class DataAnalysisEnv(Environment):
         self.last_code = self.last_output = ""  # the last run's code and raw output, for the expert
 
     def setup(self, task: dict[str, Any]) -> str:
-        self.workdir = make_workdir("data-analysis-")
+        self.workdir, self._remove_workdir = owned_workdir(self, "data-analysis-")
         self.last_code = self.last_output = ""
         source = data_dir() / "data_analysis" / CSV_DIR
         lines = []
@@ -534,5 +534,5 @@ class DataAnalysisEnv(Environment):
 
     def close(self) -> None:
         if self.workdir is not None:
-            remove_workdir(self.workdir)
+            self._remove_workdir()  # removes it once; also runs if the environment is dropped unclosed
             self.workdir = None

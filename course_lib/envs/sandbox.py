@@ -14,8 +14,8 @@ Every command a model writes runs through :func:`run_sandboxed`. Two layers keep
        /usr /etc /bin /lib*  the host's system, read-only
        <python prefixes>     the running interpreter and its virtual environment, read-only, at
                              their host paths, so `sys.executable` (and pandas) work inside
-       /tmp                  a small private tmpfs
-       /proc /dev            the sandbox's own
+       /tmp /dev/shm         small private tmpfs, each capped at 4 x the file size limit (bwrap >= 0.7)
+       /proc /dev            the sandbox's own; /dev read-only
 
    Nothing else of the host exists in there: not /root, /home or /work, nor the directory of any
    other episode. The episode directory always appears at the same path, /workspace, so the same
@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,18 @@ class SandboxResult:
 def make_workdir(prefix: str = "episode-") -> Path:
     """A fresh, empty, private directory for one episode. The caller removes it (`remove_workdir`)."""
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def owned_workdir(owner: object, prefix: str) -> tuple[Path, weakref.finalize]:
+    """`make_workdir` for an object (an environment) that removes the directory in its `close()`.
+
+    Returns the directory and its remover: calling the remover removes the directory, once (later
+    calls do nothing). If nobody calls it, it runs when `owner` is garbage-collected or the
+    interpreter exits, so a dropped environment does not leak its directory. It holds the path, not
+    `owner`, so it never keeps `owner` alive.
+    """
+    path = make_workdir(prefix)
+    return path, weakref.finalize(owner, remove_workdir, path)
 
 
 def remove_workdir(path: str | Path) -> None:
@@ -249,10 +262,13 @@ def _bwrap_argv(workdir: Path, limits: Limits, *, network: bool, uid: int | None
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    if _tmpfs_size_supported():
-        argv += ["--size", str(4 * limits.file_size_mb * 2**20)]  # /tmp lives in memory: bound it
-    argv += ["--perms", "1777", "--tmpfs", "/tmp"]
+    # /dev is a tmpfs too: read-only, or many files each below the file size limit could fill memory.
+    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    # /dev/shm holds the semaphores of Python's multiprocessing.
+    for path in ("/tmp", "/dev/shm"):
+        if _tmpfs_size_supported():
+            argv += ["--size", str(4 * limits.file_size_mb * 2**20)]  # it lives in memory: bound it
+        argv += ["--perms", "1777", "--tmpfs", path]
 
     made: set[str] = set()
     for prefix in _python_prefixes():

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from course_lib.envs.base import Environment, ToolError
-from course_lib.envs.sandbox import Limits, make_workdir, remove_workdir, run_sandboxed
+from course_lib.envs.sandbox import Limits, owned_workdir, run_sandboxed
 from course_lib.protocol import Tool, format_answer, format_tool_call
 
 # The check runs after the episode, when no process of the agent is left; the sandbox still guards
@@ -51,7 +51,7 @@ class TerminalEnv(Environment):
         self.commands_run: list[str] = []
 
     def setup(self, task: dict[str, Any]) -> str:
-        self.workdir = make_workdir("terminal-")
+        self.workdir, self._remove_workdir = owned_workdir(self, "terminal-")
         self.commands_run = []
         for relative, text in task["files"].items():
             path = self.workdir / relative
@@ -100,7 +100,7 @@ class TerminalEnv(Environment):
 
     def close(self) -> None:
         if self.workdir is not None:
-            remove_workdir(self.workdir)
+            self._remove_workdir()  # removes it once; also runs if the environment is dropped unclosed
             self.workdir = None
 
 

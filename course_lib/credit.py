@@ -109,9 +109,13 @@ def step_group_ids(
 
     Exact mode (similarity=None): anchors match when equal. Similarity mode: greedy clustering in row
     order; a row joins the first step group of its group whose first member's anchor has
-    difflib.SequenceMatcher(None, a, b).ratio() >= similarity (GiGPO uses 0.9 for search), else it opens
-    a new one. Non-string anchors only match when equal. Returns one integer id per row, numbered in
-    order of first appearance.
+    difflib.SequenceMatcher(None, new, first).ratio() >= similarity (GiGPO uses 0.9 for search), else it
+    opens a new one. Non-string anchors only match when equal. Returns one integer id per row, numbered
+    in order of first appearance.
+
+    The order of the two strings is verl-agent's (the new anchor first): the ratio is not symmetric,
+    because difflib treats characters frequent in the second string as junk once it is 200 characters
+    or longer, so two long pages can be 0.99 similar one way and 0.11 the other.
     """
     if len(anchors) != len(group_ids):
         raise ValueError(f"{len(anchors)} anchors but {len(group_ids)} group ids; give one of each per row")
@@ -121,7 +125,7 @@ def step_group_ids(
 
     def is_similar(step_id: int, anchor: str) -> bool:
         first = first_anchor[step_id]
-        return isinstance(first, str) and SequenceMatcher(None, first, anchor).ratio() >= similarity
+        return isinstance(first, str) and SequenceMatcher(None, anchor, first).ratio() >= similarity
 
     ids = []
     for anchor, group in zip(anchors, group_ids):

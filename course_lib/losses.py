@@ -116,8 +116,9 @@ def policy_loss(
                                                                 (default num_items_in_batch = Σ m)
 
     Shapes: logprobs, old_logprobs, ref_logprobs, mask [B, T]; advantages [B] or [B, T].
-    `old_logprobs` carries no gradient; pass `logprobs.detach()` for a single update per rollout (then
-    w = 1 but ∇w = ∇ℓ, which is plain REINFORCE).
+    `old_logprobs` and `ref_logprobs` carry no gradient (detached here, in case the caller forgot);
+    pass `logprobs.detach()` as `old_logprobs` for a single update per rollout (then w = 1 but ∇w = ∇ℓ,
+    which is plain REINFORCE).
 
     Equal to TRL 1.16 `GRPOTrainer._compute_loss` (one process, no gradient accumulation, token-level
     importance sampling, no entropy filtering, no vLLM correction), in value and gradient.
@@ -136,6 +137,8 @@ def policy_loss(
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)  # [B] -> [B, 1], one advantage for every token of the row
 
+    old_logprobs = old_logprobs.detach()
+    ref_logprobs = ref_logprobs.detach() if ref_logprobs is not None else None
     ratio = torch.exp(logprobs - old_logprobs)
     clipped_ratio = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
     per_token_loss = -torch.min(ratio * advantages, clipped_ratio * advantages)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from difflib import SequenceMatcher
 
 import pytest
 import torch
@@ -186,6 +187,16 @@ def test_gigpo_similarity_joins_the_first_matching_group():
     c = "abcdefghXY"  # ratio to a: 0.8, to b: 0.9
     assert step_group_ids([a, b, c], [0, 0, 0], similarity=0.9) == [0, 0, 1]
     assert step_group_ids([b, a, c], [0, 0, 0], similarity=0.9) == [0, 0, 0]
+
+
+def test_gigpo_similarity_compares_the_new_anchor_against_the_first_as_verl_agent_does():
+    # Over 200 characters difflib's ratio depends on the order; a page with one word changed:
+    page = ("river is born city is the to result page is city born river to page in title city city a result and to "
+            "and born of title born to city result wiki born title city and to of wiki of city river search in page "
+            "result of in is in title search city a result page page river result to")
+    near = page.replace("city is the to", "city is born to")
+    assert SequenceMatcher(None, near, page).ratio() > 0.98 > 0.2 > SequenceMatcher(None, page, near).ratio()
+    assert step_group_ids([page, near], [0, 0], similarity=0.9) == [0, 0]
 
 
 def test_gigpo_checks_lengths():

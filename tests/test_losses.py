@@ -348,6 +348,22 @@ def test_on_policy_loss_is_reinforce():
     assert stats["ratio_mean"] == 1.0 and stats["tokens"] == 2.0
 
 
+def test_old_and_reference_log_probs_carry_no_gradient_even_if_not_detached():
+    # The same numbers through tensors that still require gradients: the gradient is REINFORCE's as above,
+    # not 0 (ℓ − ℓ_old differentiated on both sides) and not changed by the reference model's log-probs.
+    logps = _leaf([[-1.0, -2.0, -0.5]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    loss, _ = policy_loss(logps, logps, torch.tensor([0.5]).double(), mask)
+    loss.backward()
+    assert logps.grad[0].tolist() == pytest.approx([-0.25, -0.25, 0.0])
+    grads = []
+    for ref in (lambda lp: (lp * 0.5).detach(), lambda lp: lp * 0.5):
+        lp = _leaf([[-1.0, -2.0, -0.5]])
+        policy_loss(lp, lp, torch.tensor([0.5]).double(), mask, ref_logprobs=ref(lp), beta=0.1)[0].backward()
+        grads.append(lp.grad[0].tolist())
+    assert grads[1] == pytest.approx(grads[0])
+
+
 def test_normalisations_by_hand():
     # per-token loss = −A·w = −1 on every token (w = 1, A = 1); row 0 has 3 tokens, row 1 has 1
     logps = torch.zeros(2, 4, dtype=torch.float64)

@@ -29,8 +29,10 @@ from course_lib.models import course_threads, load_policy
 from course_lib.rollout import rollout
 from course_lib.train import (
     TrainConfig,
+    _check,
     ensure_warm_start,
     evaluate,
+    filter_tasks,
     read_metrics,
     runs_dir,
     train,
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     p_eval = sub.add_parser("eval", help="held-out greedy success with a 95%% interval")
     p_eval.add_argument("--model", default="smollm2-135m")
     p_eval.add_argument("--env", default="search_qa")
-    p_eval.add_argument("--split", default="test")
+    p_eval.add_argument("--split", choices=["train", "test"], default="test")
     p_eval.add_argument("--n-tasks", type=int, default=32)
     p_eval.add_argument("--task-filter", type=json.loads, default=None)
     p_eval.add_argument("--max-turns", type=int, default=4)
@@ -281,6 +283,15 @@ def main(argv: list[str] | None = None) -> int:
     p_demo.add_argument("--run-dir", default=None, help="default: runs/demo (runs/demo-fast with COURSE_FAST=1)")
     p_demo.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    try:  # wrong names, filters and sizes: a one-line usage error, before any model loads
+        if args.command == "train":
+            _check(_config_from(args))
+        elif args.command in ("eval", "sft"):
+            filter_tasks(load_tasks(args.env, args.split if args.command == "eval" else "train"), args.task_filter)
+            if args.command == "eval" and args.n_tasks < 1:
+                raise ValueError(f"--n-tasks must be at least 1, got {args.n_tasks}")
+    except ValueError as exc:
+        parser.error(str(exc))
 
     if args.command == "train":
         result = train(_config_from(args))

@@ -11,8 +11,11 @@ The group judge (RULER's idea, with its known weaknesses fixed):
   back with the error and re-asked at most ``max_retries`` times; after that every score of the group
   is NaN with ``failed=True``, counted in :data:`JUDGE_METRICS`: a failed group is never silently
   dropped or scored 0, the trainer skips it;
+* a request the judge rejects (HTTP 400, 413, 422: a prompt too long for it) fails its group the same
+  way, at once, instead of stopping the run; 401, 403 and 404 are configuration mistakes and raise;
 * identical trajectories are scored once (all identical: no call at all, every score 0.5);
-* results are cached on disk by a hash of (rubric, judge name, order seed, contents).
+* results are cached on disk by a hash of (rubric, judge name, order seed, contents); the judge's name
+  names its model, so two judge models never share cached answers.
 
 Backends share one method, ``complete(messages, *, max_tokens, temperature) -> str``, and a ``name``
 (part of the cache key): :class:`LocalJudge` (transformers, e.g. the embedded SmolLM2-135M) and
@@ -75,6 +78,11 @@ class JudgeUnavailable(RuntimeError):
 
 class JudgeAnswerError(ValueError):
     """A judge answer that cannot be used; its message is sent back to the judge on a retry."""
+
+
+class JudgeRequestRejected(ValueError):
+    """The judge refused this one request (HTTP 400, 413, 422; a prompt that cannot fit): its group fails,
+    the run goes on. Not re-asked: the re-ask would be longer still."""
 
 
 @dataclass
@@ -259,29 +267,42 @@ def parse_scores(text: str, expected: list[str], key: str = "id") -> dict[str, t
 
 
 def _ask(judge, messages: list[dict[str, str]], expected: list[str], *, key: str, max_retries: int,
-         max_tokens: int, metrics: list[JudgeMetrics]) -> dict[str, tuple[float, str]] | None:
-    """Ask, and re-ask with the error at most `max_retries` times; None when no answer was usable."""
+         max_tokens: int, metrics: list[JudgeMetrics]) -> tuple[dict[str, tuple[float, str]] | None, str]:
+    """Ask, and re-ask with the error at most `max_retries` times: (scores, "") or (None, why it failed).
+
+    A request the judge rejects (`JudgeRequestRejected`) is not re-asked.
+    """
     conversation = list(messages)
+    error = "?"
     for attempt in range(max_retries + 1):
         tokens_before = getattr(judge, "tokens_used", 0)
         t0 = time.perf_counter()
-        answer = judge.complete(conversation, max_tokens=max_tokens, temperature=0.0)
+        rejected = None
+        try:
+            answer = judge.complete(conversation, max_tokens=max_tokens, temperature=0.0)
+        except JudgeRequestRejected as exc:
+            rejected = exc
         for m in metrics:
             m.calls += 1
             m.retries += attempt > 0
             m.seconds += time.perf_counter() - t0
             m.tokens += getattr(judge, "tokens_used", 0) - tokens_before
-        try:
-            return parse_scores(answer, expected, key=key)
-        except JudgeAnswerError as exc:
+        if rejected is not None:
             for m in metrics:
-                m.record_error(str(exc))
+                m.record_error(str(rejected))
+            return None, f"judge refused the request: {rejected}"
+        try:
+            return parse_scores(answer, expected, key=key), ""
+        except JudgeAnswerError as exc:
+            error = str(exc)
+            for m in metrics:
+                m.record_error(error)
             conversation = conversation + [
                 {"role": "assistant", "content": answer},
                 {"role": "user", "content": f"That answer could not be used: {exc}. Answer again with the "
                                             f"JSON list only, one entry per {key}: {', '.join(expected)}."},
             ]
-    return None
+    return None, f"judge failed after {max_retries + 1} tries: {error}"
 
 
 # ----- the group judge ----------------------------------------------------------------------------
@@ -331,9 +352,10 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
     a judge with ``mode == "logprob"`` is asked per trajectory instead (see `LocalJudge`).
     seed: shuffles the order the judge reads the trajectories in (ids do not change with it).
     two_orders: also score in the reversed order and average both (twice the cost, less order bias).
-    On failure every score is NaN with ``failed=True``; `JUDGE_METRICS` (and `metrics`) count it.
-    A `JudgeUnavailable` from the backend is raised, not counted: an unreachable endpoint is a
-    configuration problem, not a bad group.
+    On failure (answers unusable after all tries, or a request the judge rejected, e.g. a prompt too
+    long) every score is NaN with ``failed=True`` and the reason as explanation; `JUDGE_METRICS` (and
+    `metrics`) count it. A `JudgeUnavailable` from the backend is raised, not counted: an unreachable
+    endpoint or a wrong key is a configuration problem, not a bad group.
     """
     if judge is None:
         raise ValueError("pass a judge backend, e.g. judge=LocalJudge() or judge=OpenAIJudge()")
@@ -368,8 +390,13 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
             m.cache_hits += 1
         return [JudgeScore(*cached[id_of[t]]) for t in texts]
 
+    found: dict[str, tuple[float, str]] | None = None
+    why = ""
     if mode == "logprob":
-        found: dict[str, tuple[float, str]] | None = _score_pointwise(judge, prefix, remainder_of, sinks)
+        try:
+            found = _score_pointwise(judge, prefix, remainder_of, sinks)
+        except JudgeRequestRejected as exc:
+            why = f"judge refused the request: {exc}"
     else:
         order = [id_of[t] for t in distinct]  # input order, then the seeded shuffle
         random.Random(seed).shuffle(order)
@@ -377,16 +404,17 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
         results = []
         for o in orders:
             prompt = group_prompt(prefix, {i: remainder_of[i] for i in o}, rubric)
-            results.append(_ask(judge, prompt, o, key="id", max_retries=max_retries, max_tokens=max_tokens,
-                                metrics=sinks))
-        found = None
-        if all(r is not None for r in results):
-            found = {i: (sum(r[i][0] for r in results) / len(results),  # type: ignore[index]
-                         " | ".join(r[i][1] for r in results)) for i in ids}  # type: ignore[index]
+            result, why = _ask(judge, prompt, o, key="id", max_retries=max_retries, max_tokens=max_tokens,
+                               metrics=sinks)
+            if result is None:
+                break
+            results.append(result)
+        if len(results) == len(orders):
+            found = {i: (sum(r[i][0] for r in results) / len(results),
+                         " | ".join(r[i][1] for r in results)) for i in ids}
     if found is None:
         for m in sinks:
             m.failed_groups += 1
-        why = f"judge failed after {max_retries + 1} tries: {sinks[0].errors[-1] if sinks[0].errors else '?'}"
         return [JudgeScore(math.nan, why, failed=True) for _ in conversations]
     if use_cache:
         _write_cache(path, {i: list(v) for i, v in found.items()})
@@ -440,8 +468,8 @@ def score_turns(trajectory: Trajectory | list[dict[str, str]], rubric: str = TUR
     """Score every turn of one trajectory: was this action useful given what was known? One float per turn.
 
     Same protocol as `score_group` (JSON, checked turn numbers, bounded re-asks). A judge with
-    ``mode == "logprob"`` scores each turn by P(yes) for "was this a useful step?". On failure the
-    result has ``failed=True`` and NaN scores, and the metrics count it.
+    ``mode == "logprob"`` scores each turn by P(yes) for "was this a useful step?". On failure (a
+    rejected request included) the result has ``failed=True`` and NaN scores, and the metrics count it.
     """
     if judge is None:
         raise ValueError("pass a judge backend, e.g. judge=LocalJudge() or judge=OpenAIJudge()")
@@ -454,20 +482,23 @@ def score_turns(trajectory: Trajectory | list[dict[str, str]], rubric: str = TUR
     expected = [str(k) for k in range(1, len(turns) + 1)]
     if getattr(judge, "mode", "group") == "logprob":
         scores = []
-        for k in range(len(turns)):
-            question = ("Was the last action a useful, well-formed next step toward the goal, given what the agent "
-                        "knew? Answer yes or no.")
-            prompt = turn_prompt(context, turns[:k + 1], rubric)[1:]  # the system's JSON request does not apply
-            prompt[-1]["content"] += "\n" + question
-            scores.append(_yes_probability(judge, prompt, sinks))
-        return TurnScores(scores, ["P(yes) of the local judge"] * len(turns))
-    found = _ask(judge, turn_prompt(context, turns, rubric), expected, key="turn", max_retries=max_retries,
-                 max_tokens=max_tokens, metrics=sinks)
+        try:
+            for k in range(len(turns)):
+                question = ("Was the last action a useful, well-formed next step toward the goal, given what the "
+                            "agent knew? Answer yes or no.")
+                prompt = turn_prompt(context, turns[:k + 1], rubric)[1:]  # the system's JSON request does not apply
+                prompt[-1]["content"] += "\n" + question
+                scores.append(_yes_probability(judge, prompt, sinks))
+            return TurnScores(scores, ["P(yes) of the local judge"] * len(turns))
+        except JudgeRequestRejected as exc:
+            found, why = None, f"judge refused the request: {exc}"
+    else:
+        found, why = _ask(judge, turn_prompt(context, turns, rubric), expected, key="turn",
+                          max_retries=max_retries, max_tokens=max_tokens, metrics=sinks)
     if found is None:
         for m in sinks:
             m.failed_turn_calls += 1
-        return TurnScores([math.nan] * len(turns), [f"judge failed after {max_retries + 1} tries"] * len(turns),
-                          failed=True)
+        return TurnScores([math.nan] * len(turns), [why] * len(turns), failed=True)
     return TurnScores([found[k][0] for k in expected], [found[k][1] for k in expected])
 
 
@@ -503,32 +534,73 @@ def _score_pointwise(judge, prefix: list[dict[str, str]], remainders: dict[str, 
 class LocalJudge:
     """A judge run in-process with transformers (greedy decoding by default).
 
-    name: any `load_policy` name ("smollm2-135m", a checkpoint folder, a hub id); pass `model` and
-    `tokenizer` to reuse ones already loaded. mode: "group" (JSON answers, the main protocol) or
-    "logprob" (score each trajectory by P(yes) from the next-token distribution: cheap, always valid,
-    meant for tiny judges that cannot write the JSON).
+    name: any `load_policy` name ("smollm2-135m", the default, a checkpoint folder, a hub id); with
+    `model` and `tokenizer` already loaded, the name of that model (default: its ``name_or_path``).
+    The name is part of `self.name`, hence of the cache key: give weights that share a
+    ``name_or_path`` (a policy being trained) a name of their own. mode: "group" (JSON answers, the
+    main protocol) or "logprob" (score each trajectory by P(yes) from the next-token distribution:
+    cheap, always valid, meant for tiny judges that cannot write the JSON).
+
+    max_prompt_tokens: a longer prompt is shortened in the middle of its longest non-system message
+    (the trajectories of a group prompt, see `_fit_prompt`), so the rubric and the answer format
+    survive; when even that cannot fit, `JudgeRequestRejected` fails the group.
     """
 
-    def __init__(self, name: str = "smollm2-135m", model=None, tokenizer=None, *, mode: str = "group",
+    def __init__(self, name: str | None = None, model=None, tokenizer=None, *, mode: str = "group",
                  device: str | None = None, max_prompt_tokens: int = 6000):
         if mode not in ("group", "logprob"):
             raise ValueError(f"mode must be 'group' or 'logprob', got {mode!r}")
         if model is None or tokenizer is None:
-            from course_lib.models import load_policy
+            from course_lib.models import EMBEDDED, load_policy
 
+            name = name or EMBEDDED
             model, tokenizer = load_policy(name, device=device)
         self.model, self.tokenizer, self.mode = model, tokenizer, mode
-        self.name = f"local:{name}:{mode}"
+        # The model's name is in the cache key: two judge models must never share cached answers.
+        self.name = f"local:{name or getattr(model, 'name_or_path', '') or type(model).__name__}:{mode}"
         self.max_prompt_tokens = max_prompt_tokens
         self.tokens_used = 0
         self._lock = threading.Lock()  # one generate at a time (the server answers from threads)
 
+    def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _fit_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt's token ids, at most `max_prompt_tokens` of them.
+
+        A longer prompt loses tokens in the middle of its longest message that is not the system's: in
+        a group prompt that is the trajectories, so the rubric and the answer format (the system
+        message), the task (the start of the user message) and the list of ids to score (its end) are
+        kept; a middle trajectory may be cut away. (Cutting from the left, as before, lost the rubric.)
+        Raises `JudgeRequestRejected` naming the token counts when the rest alone does not fit.
+        """
+        ids = self._prompt_ids(messages)
+        for _ in range(3):  # re-tokenizing the cut text can move a few tokens: check again
+            excess = len(ids) - self.max_prompt_tokens
+            if excess <= 0:
+                return ids
+            cuttable = [i for i, m in enumerate(messages) if m["role"] != "system"]
+            longest = max(cuttable, key=lambda i: len(messages[i]["content"]), default=None)
+            content = [] if longest is None else \
+                self.tokenizer(messages[longest]["content"], add_special_tokens=False)["input_ids"]
+            keep = len(content) - excess - 32  # 32: room for the marker below
+            if keep < 0:
+                break
+            head, tail = content[:keep // 2], content[len(content) - (keep - keep // 2):]
+            cut = (f"{self.tokenizer.decode(head)}\n[... {len(content) - keep} tokens cut: the judge reads at "
+                   f"most {self.max_prompt_tokens} ...]\n{self.tokenizer.decode(tail)}")
+            messages = messages[:longest] + [{**messages[longest], "content": cut}] + messages[longest + 1:]
+            ids = self._prompt_ids(messages)
+        raise JudgeRequestRejected(
+            f"the judge prompt has {len(ids)} tokens and cutting its trajectories cannot bring it to "
+            f"max_prompt_tokens={self.max_prompt_tokens}: the instructions alone take about {len(ids) - len(content)}; "
+            "raise max_prompt_tokens or shorten the rubric")
+
     def _encode(self, messages: list[dict[str, str]]):
         import torch
 
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][-self.max_prompt_tokens:]
-        return torch.tensor([ids], device=self.model.device)
+        return torch.tensor([self._fit_prompt(messages)], device=self.model.device)
 
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int = 512, temperature: float = 0.0) -> str:
         return self.complete_with_usage(messages, max_tokens=max_tokens, temperature=temperature)[0]
@@ -576,7 +648,9 @@ class OpenAIJudge:
     Unset arguments come from $COURSE_JUDGE_BASE_URL, $COURSE_JUDGE_MODEL and $COURSE_JUDGE_API_KEY;
     without a model name the endpoint's first listed model is used. Connection errors, timeouts, rate
     limits and 5xx answers are retried `max_retries` times with exponential backoff, then raise
-    `JudgeUnavailable` naming the URL.
+    `JudgeUnavailable` naming the URL. A request rejected with 400, 413 or 422 (e.g. a prompt too long)
+    raises `JudgeRequestRejected`, which fails only its group; other 4xx answers (401, 403, 404: a
+    wrong key, model or URL) raise `JudgeUnavailable` with a hint.
     """
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
@@ -613,7 +687,18 @@ class OpenAIJudge:
                         "(e.g. python -m course_lib.judge_server --port 8011)") from exc
                 time.sleep(self.backoff * 2 ** attempt)
             except self._openai.APIStatusError as exc:
-                raise JudgeUnavailable(f"judge endpoint {self.base_url} refused the request: {exc}") from exc
+                raise self._refusal(exc) from exc
+
+    def _refusal(self, exc) -> Exception:
+        """The error for a 4xx answer: this request only (400, 413, 422) or the configuration (the rest)."""
+        status = exc.status_code
+        if status in (400, 413, 422):
+            return JudgeRequestRejected(f"judge endpoint {self.base_url} rejected the request ({exc})")
+        hint = {401: "check the API key ($COURSE_JUDGE_API_KEY or api_key=...)",
+                403: "check that the API key may use this model",
+                404: f"check base_url (it usually ends in /v1) and the model name {self.model!r}"}
+        return JudgeUnavailable(f"judge endpoint {self.base_url} refused the request ({exc}); "
+                                f"{hint.get(status, 'check the endpoint and its settings')}")
 
     def _model(self) -> str:
         if self.model is None:

@@ -5,7 +5,8 @@
 
 It serves ``POST /v1/chat/completions`` (messages, max_tokens, temperature; no streaming) and
 ``GET /v1/models``, enough for the `openai` client, so the course can exercise the same HTTP path a
-real judge (vLLM, Ollama, a hosted API) would take. Requests are answered one at a time.
+real judge (vLLM, Ollama, a hosted API) would take. Requests are answered one at a time. Like a real
+server, it answers 400 to a prompt that cannot fit the model's budget (``--max-prompt-tokens``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from course_lib.judge import LocalJudge
+from course_lib.judge import JudgeRequestRejected, LocalJudge
 
 
 def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHandler]:
@@ -59,8 +60,12 @@ def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHand
                 return
             max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 256)
             # This request's own counts: judge.tokens_used also grows with requests answered meanwhile.
-            text, prompt_tokens, completion_tokens = judge.complete_with_usage(
-                messages, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0))
+            try:
+                text, prompt_tokens, completion_tokens = judge.complete_with_usage(
+                    messages, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0))
+            except JudgeRequestRejected as exc:  # a prompt too long: the client's fault, as in vLLM
+                self._error(400, str(exc))
+                return
             self._send(200, {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
                 "model": model_name,
@@ -73,16 +78,16 @@ def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHand
 
 
 def make_server(port: int = 8011, host: str = "127.0.0.1", name: str = "smollm2-135m", model=None,
-                tokenizer=None) -> ThreadingHTTPServer:
+                tokenizer=None, max_prompt_tokens: int = 6000) -> ThreadingHTTPServer:
     """A server bound to (host, port), not yet serving; port 0 picks a free port (see `server.server_port`)."""
-    judge = LocalJudge(name, model=model, tokenizer=tokenizer)
+    judge = LocalJudge(name, model=model, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens)
     return ThreadingHTTPServer((host, port), make_handler(judge, name))
 
 
 def serve_in_thread(port: int = 0, host: str = "127.0.0.1", name: str = "smollm2-135m", model=None,
-                    tokenizer=None) -> tuple[ThreadingHTTPServer, str]:
+                    tokenizer=None, max_prompt_tokens: int = 6000) -> tuple[ThreadingHTTPServer, str]:
     """Start a server in a daemon thread: (server, base_url). Stop it with `server.shutdown()`."""
-    server = make_server(port, host, name, model, tokenizer)
+    server = make_server(port, host, name, model, tokenizer, max_prompt_tokens)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://{host}:{server.server_port}/v1"
 
@@ -92,8 +97,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8011)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--model", default="smollm2-135m", help="a load_policy name or checkpoint folder")
+    parser.add_argument("--max-prompt-tokens", type=int, default=6000,
+                        help="longer prompts lose trajectory text in the middle; 400 when the rest cannot fit")
     args = parser.parse_args()
-    server = make_server(args.port, args.host, args.model)
+    server = make_server(args.port, args.host, args.model, max_prompt_tokens=args.max_prompt_tokens)
     print(f"judge server: http://{args.host}:{server.server_port}/v1 (model {args.model}); Ctrl+C stops it", flush=True)
     try:
         server.serve_forever()

@@ -325,10 +325,19 @@ def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "a
 
 
 def filter_tasks(tasks: list[dict], task_filter: dict[str, Any] | None) -> list[dict]:
-    """The tasks whose fields equal every key of `task_filter` (all of them when it is None or empty)."""
+    """The tasks whose fields equal every key of `task_filter` (all of them when it is None or empty).
+
+    A filter that is not a dict, or that leaves no task out of some, is an error: a typo in a key or a
+    value (`{"hop": 2}`, `{"hops": "2"}`) would otherwise train or evaluate on nothing without a word."""
     if not task_filter:
         return tasks
-    return [t for t in tasks if all(t.get(k) == v for k, v in task_filter.items())]
+    if not isinstance(task_filter, dict):
+        raise ValueError(f"task_filter must be a dict of task fields and values, e.g. {{\"hops\": 2}}; got {task_filter!r}")
+    kept = [t for t in tasks if all(t.get(k) == v for k, v in task_filter.items())]
+    if tasks and not kept:
+        fields = sorted({k for t in tasks for k in t})
+        raise ValueError(f"no task matches task_filter {task_filter!r}; the tasks' fields are: {', '.join(fields)}")
+    return kept
 
 
 def _use_bf16(flag: bool | None, device: torch.device) -> bool:
@@ -408,14 +417,16 @@ def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *,
     model_or_path: a model (then pass `tokenizer`) or anything `load_policy` accepts.
     Returns {"success", "ci_low", "ci_high", "n"}.
     """
+    if tasks is None:  # before the model: a bad name or filter fails in a second, not after loading it
+        if n_tasks < 1:
+            raise ValueError(f"n_tasks must be at least 1, got {n_tasks}")
+        tasks = filter_tasks(load_tasks(env, split), task_filter)[:n_tasks]
     if isinstance(model_or_path, (str, Path)):
         model, tokenizer = load_policy(str(model_or_path), device=device)
     else:
         model = model_or_path
         if tokenizer is None:
             raise ValueError("pass tokenizer=... together with a model object")
-    if tasks is None:
-        tasks = filter_tasks(load_tasks(env, split), task_filter)[:n_tasks]
     wins = 0
     for start in range(0, len(tasks), batch_size):
         groups = rollout(model, tokenizer, env, tasks[start:start + batch_size], group_size=1,
@@ -727,6 +738,8 @@ def _check(config: TrainConfig) -> None:
                          f"got {config.temperature}")
     if config.turn_reward not in ("process", "judge"):
         raise ValueError(f"turn_reward must be 'process' or 'judge', got {config.turn_reward!r}")
+    for split in ("train", "test"):  # a wrong env name or filter fails here, before the model loads
+        filter_tasks(load_tasks(config.env, split), config.task_filter)
 
 
 def groups_with_signal(groups: list[TrajectoryGroup], advantages: list[torch.Tensor], *, credit: str

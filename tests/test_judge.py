@@ -14,12 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from course_lib.judge import (
+    DEFAULT_RUBRIC,
     JudgeAnswerError,
     JudgeMetrics,
     JudgeUnavailable,
     LocalJudge,
     OpenAIJudge,
     extract_json,
+    group_prompt,
     parse_scores,
     render_messages,
     score_group,
@@ -342,6 +344,60 @@ def test_refused_endpoint_raises_judge_unavailable():
         score_group([conv("Paris"), conv("Rome")], judge=judge, use_cache=False)
 
 
+def serve_status(status: int, message: str) -> tuple[ThreadingHTTPServer, list[str]]:
+    """A real endpoint that answers every chat completion with `status` and an OpenAI-style error body."""
+    posts: list[str] = []
+
+    class Refusing(BaseHTTPRequestHandler):
+        def do_POST(self):
+            posts.append(self.rfile.read(int(self.headers["Content-Length"])).decode())
+            body = json.dumps({"error": {"message": message, "type": "invalid_request_error"}}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, posts
+
+
+@pytest.mark.parametrize("status", [400, 413, 422])
+def test_rejected_request_fails_the_group_not_the_run(status):
+    """A client error (e.g. 400 "prompt too long") fails this group, with the server's text as the reason,
+    and is not re-asked: the re-ask would be longer still."""
+    server, posts = serve_status(status, "prompt is too long: 9000 tokens > 8192")
+    try:
+        judge = OpenAIJudge(base_url=f"http://127.0.0.1:{server.server_port}/v1", model="m", timeout=5)
+        metrics = JudgeMetrics()
+        scores = score_group([conv("Paris"), conv("Rome")], judge=judge, max_retries=2, use_cache=False,
+                             metrics=metrics)
+        turns = score_turns(conv("Paris"), judge=judge, metrics=metrics)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert all(s.failed and math.isnan(s.score) for s in scores) and turns.failed
+    assert "prompt is too long" in scores[0].explanation and str(status) in scores[0].explanation
+    assert metrics.failed_groups == 1 and metrics.failed_turn_calls == 1 and metrics.calls == 2 and len(posts) == 2
+
+
+@pytest.mark.parametrize("status, hint", [(401, "API key"), (403, "API key"), (404, "base_url")])
+def test_configuration_errors_still_raise_with_a_hint(status, hint):
+    server, _ = serve_status(status, "nope")
+    url = f"http://127.0.0.1:{server.server_port}/v1"
+    try:
+        judge = OpenAIJudge(base_url=url, model="m", timeout=5)
+        with pytest.raises(JudgeUnavailable, match=f"{re.escape(url)}.*{status}.*{hint}"):
+            score_group([conv("Paris"), conv("Rome")], judge=judge, use_cache=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_openai_judge_reads_env_vars(monkeypatch):
     monkeypatch.setenv("COURSE_JUDGE_BASE_URL", "http://127.0.0.1:1/v1")
     monkeypatch.setenv("COURSE_JUDGE_MODEL", "judge-model")
@@ -359,6 +415,80 @@ def test_local_logprob_judge_returns_valid_scores(policy):
     assert all(0.0 <= s.score <= 1.0 and not s.failed for s in scores)
     turns = score_turns(conv("Paris"), judge=judge)
     assert len(turns) == 1 and 0.0 <= turns[0] <= 1.0
+
+
+def long_group(n_tokens_each: int = 1500) -> dict[str, list[dict[str, str]]]:
+    """Two trajectories of about `n_tokens_each` tokens each, in several tool messages."""
+    words = " ".join(f"fact{k}" for k in range(n_tokens_each // 4))
+    return {i: [{"role": "assistant", "content": f"<answer>{i}</answer>"}] +
+               [{"role": "tool", "content": f"{i} result {m}: {words}"[:1400]} for m in range(n_tokens_each // 350)]
+            for i in ("ta", "tb")}
+
+
+def test_local_judge_cuts_the_trajectories_not_the_rubric(policy):
+    """A prompt over max_prompt_tokens keeps its rubric, its answer format and the ids to score; the
+    trajectories lose their middle."""
+    model, tokenizer = policy
+    judge = LocalJudge(model=model, tokenizer=tokenizer, max_prompt_tokens=700)
+    messages = group_prompt(PREFIX, long_group(), DEFAULT_RUBRIC)
+    full = tokenizer(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                     add_special_tokens=False)["input_ids"]
+    ids = judge._encode(messages)[0].tolist()
+    seen = tokenizer.decode(ids)
+    assert len(full) > 1500 and len(ids) <= 700
+    for kept in (DEFAULT_RUBRIC, "Answer with a JSON list only", "Capital of France?", "Score every trajectory id: ta, tb."):
+        assert kept in seen, f"{kept[:40]!r} was cut"
+    assert "tokens cut" in seen
+    _, prompt_tokens, _ = judge.complete_with_usage(messages, max_tokens=1)
+    assert prompt_tokens <= 700
+
+
+def test_local_judge_too_small_for_its_rubric_fails_the_group(policy):
+    """When the instructions alone exceed max_prompt_tokens, the group fails with the token counts, no
+    crash: in process (both modes) and behind the judge server, which answers 400 as vLLM would."""
+    from course_lib.judge_server import serve_in_thread
+
+    model, tokenizer = policy
+    metrics = JudgeMetrics()
+
+    def check(judge) -> None:
+        scores = score_group([conv("Paris"), conv("Rome")], DEFAULT_RUBRIC, judge, use_cache=False, metrics=metrics)
+        assert all(s.failed for s in scores) and "max_prompt_tokens=40" in scores[0].explanation
+
+    for mode in ("group", "logprob"):
+        check(LocalJudge(model=model, tokenizer=tokenizer, mode=mode, max_prompt_tokens=40))
+    server, base_url = serve_in_thread(port=0, model=model, tokenizer=tokenizer, max_prompt_tokens=40)
+    try:
+        check(OpenAIJudge(base_url=base_url, timeout=60, max_retries=0))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert metrics.failed_groups == 3
+
+
+def test_local_judges_of_different_models_do_not_share_the_cache(tmp_path, policy):
+    """The cache key names the judge's model: another model is asked again, the same model is not."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    model, tokenizer = policy
+    tiny = AutoModelForCausalLM.from_config(LlamaConfig(
+        vocab_size=model.config.vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2))
+    tiny.save_pretrained(tmp_path / "other-judge")
+    other = AutoModelForCausalLM.from_pretrained(tmp_path / "other-judge")  # a real checkpoint folder
+    group, cache = [conv("Paris"), conv("Rome")], tmp_path / "cache"
+
+    def hits(judge_model, **kwargs) -> int:
+        metrics = JudgeMetrics()
+        judge = LocalJudge(model=judge_model, tokenizer=tokenizer, mode="logprob", **kwargs)
+        score_group(group, judge=judge, cache_dir=cache, metrics=metrics)
+        return metrics.cache_hits
+
+    assert hits(model) == 0
+    assert hits(other) == 0, "another model must not read the first model's answers"
+    assert hits(model) == 1 and hits(other) == 1  # the same model does
+    assert hits(model, name="my-judge") == 0 and hits(other, name="my-judge") == 1  # a given name is the id
+    assert len(list(cache.glob("*.json"))) == 3
 
 
 def test_summarize_env_needs_the_judge(tokenizer):
@@ -395,6 +525,18 @@ def test_rl_run_rewarded_only_by_the_local_judge(tmp_path, policy):
     # logprob scores are continuous, so a group almost never ties: at least one update really happened
     assert any(not r.get("skipped_update") for r in rows)
     assert all(r["success"] == 0.0 for r in rows)  # success still comes from the verifier, which has none
+
+
+def test_rl_run_with_a_judge_that_rejects_the_prompt_skips_and_counts(tmp_path):
+    """An endpoint that answers 400 "prompt too long": each group fails and is skipped, the run goes on."""
+    server, posts = serve_status(400, "prompt is too long")
+    try:
+        judge = OpenAIJudge(base_url=f"http://127.0.0.1:{server.server_port}/v1", model="m", timeout=5)
+        result, rows = _judge_run(tmp_path, judge=judge, model="smollm2-135m", steps=1)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result["step"] == 1 and rows[0]["judge_failed_groups"] == 2 and rows[0].get("skipped_update")
 
 
 def test_rl_run_with_a_judge_that_answers_garbage_skips_and_counts(tmp_path):

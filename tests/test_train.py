@@ -261,6 +261,25 @@ def test_cli_values_take_their_field_types():
             _config_from(parser.parse_args(bad))
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["eval", "--env", "bogus"], "environment 'bogus' does not exist"),
+    (["eval", "--split", "dev"], "invalid choice: 'dev'"),
+    (["eval", "--task-filter", "[1]"], "task_filter must be a dict"),
+    (["eval", "--task-filter", '{"hop": 2}'], "no task matches task_filter {'hop': 2}; the tasks' fields are: "),
+    (["eval", "--n-tasks", "-5"], "--n-tasks must be at least 1"),
+    (["train", "--env", "search_qa", "--task-filter", '{"hops": "2"}'], "no task matches"),
+    (["train", "--credit", "bogus"], "credit 'bogus' is not known"),
+    (["sft", "--env", "nope"], "environment 'nope' does not exist"),
+])
+def test_cli_rejects_bad_input_before_loading_anything(argv, message, capsys, monkeypatch):
+    import course_lib.__main__ as cli
+
+    monkeypatch.setattr(cli, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_sft_step_skips_a_non_finite_gradient_and_keeps_the_weights():
     model, tokenizer = load_policy("smollm2-135m", device=TEST_DEVICE)
     demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:1])

@@ -42,6 +42,8 @@ def make_env(name: str, **options: Any) -> Environment:
 
 def load_tasks(name: str, split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
     """The task set of environment `name` for `split` ("train" or "test"), read from data/<name>/<split>.jsonl."""
+    if name not in ENVIRONMENTS:
+        raise ValueError(f"environment {name!r} does not exist; environments are: {', '.join(ENVIRONMENTS)}")
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     if name == "lookup":  # the built-in toy: generated in code, no files

@@ -21,6 +21,7 @@ it is trying to write its own observation.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +100,14 @@ def format_answer(answer: str) -> str:
     return f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}"
 
 
+def quoted(text: str, limit: int = 80) -> str:
+    """`text` as a quoted literal for an error message, cut to `limit` characters with "…".
+
+    Errors echo what the model wrote; a 200,000-character query must not come back whole.
+    """
+    return repr(text if len(text) <= limit else text[:limit - 1] + "…")
+
+
 def _malformed(error: str) -> Action:
     return Action(kind="malformed", error=error)
 
@@ -108,7 +117,7 @@ def _check_arguments(tool: Tool, arguments: Any) -> str | None:
         return f"'arguments' must be a JSON object, got {type(arguments).__name__}"
     unknown = [k for k in arguments if k not in tool.parameters]
     if unknown:
-        return f"tool '{tool.name}' has no argument {unknown[0]!r}; its arguments are: {', '.join(tool.parameters) or 'none'}"
+        return f"tool '{tool.name}' has no argument {quoted(unknown[0])}; its arguments are: {', '.join(tool.parameters) or 'none'}"
     for arg, (typ, _) in tool.parameters.items():
         if arg not in arguments:
             if arg in tool.optional:
@@ -118,6 +127,8 @@ def _check_arguments(tool: Tool, arguments: Any) -> str | None:
         expected = _JSON_TYPES.get(typ)
         if expected is not None and (not isinstance(value, expected) or (typ != "boolean" and isinstance(value, bool))):
             return f"argument '{arg}' of tool '{tool.name}' must be of type {typ}, got {type(value).__name__}"
+        if isinstance(value, float) and not math.isfinite(value):  # json.loads reads NaN, Infinity, 1e400 (= inf)
+            return f"argument '{arg}' of tool '{tool.name}' must be a finite number, got {value}"
     return None
 
 
@@ -173,9 +184,9 @@ def parse_action(text: str, tools: list[Tool]) -> Action:
         return _malformed("the tool call needs a 'name' (a string)")
     extra = set(payload) - {"name", "arguments"}
     if extra:
-        return _malformed(f"unexpected key {sorted(extra)[0]!r} in the tool call; use only 'name' and 'arguments'")
+        return _malformed(f"unexpected key {quoted(sorted(extra)[0])} in the tool call; use only 'name' and 'arguments'")
     if name not in by_name:
-        return _malformed(f"tool {name!r} does not exist; tools are: {', '.join(by_name) or 'none'}")
+        return _malformed(f"tool {quoted(name)} does not exist; tools are: {', '.join(by_name) or 'none'}")
     arguments = payload.get("arguments", {})
     problem = _check_arguments(by_name[name], arguments)
     if problem:

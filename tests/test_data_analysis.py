@@ -100,6 +100,10 @@ def test_regenerating_gives_identical_bytes(tmp_path):
 
 NUMBER_TASK = {"answer": 1234.57, "answer_type": "number", "tolerance": {"abs": 0.01, "rel": 1e-3}}
 SMALL_TASK = {"answer": 0.42, "answer_type": "number", "tolerance": {"abs": 0.01, "rel": 1e-3}}
+ROUNDED_TASK = {"question": "What is the total revenue of the rows where region is \"West\"? Round to 2 decimals.",
+                "answer": 44347.93, "answer_type": "number", "tolerance": {"abs": 0.01, "rel": 1e-3}}
+NEGATIVE_TASK = {"question": "What is the Pearson correlation between a and b? Round to 2 decimals.",
+                 "answer": -0.06, "answer_type": "number", "tolerance": {"abs": 0.01, "rel": 1e-3}}
 INTEGER_TASK = {"answer": 17, "answer_type": "integer", "tolerance": {"abs": 0, "rel": 0}}
 STRING_TASK = {"answer": "Central", "answer_type": "string", "tolerance": None}
 
@@ -107,18 +111,31 @@ STRING_TASK = {"answer": "Central", "answer_type": "string", "tolerance": None}
 @pytest.mark.parametrize(("given", "task", "expected"), [
     ("1234.57", NUMBER_TASK, True),
     ("1,234.57", NUMBER_TASK, True),
-    ("$1234.6", NUMBER_TASK, True),  # within the relative tolerance
+    ("$1234.6", NUMBER_TASK, True),  # within the relative tolerance: the question states no rounding
     ("1236", NUMBER_TASK, False),
     ("0.43", SMALL_TASK, True),  # one unit of the last decimal asked for
     ("0.44", SMALL_TASK, False),
     ("about 0.42 or 0.43", SMALL_TASK, False),  # two numbers: which one is the answer?
+    ("44347.94", ROUNDED_TASK, True),
+    ("44348", ROUNDED_TASK, False),  # "Round to 2 decimals": no relative tolerance of ±44
+    ("44,350.00", ROUNDED_TASK, False),
+    ("\u22120.06", NEGATIVE_TASK, True),  # the typographic minus sign
+    ("**-0.06**", NEGATIVE_TASK, True),
+    ("-0.06 (rounded to 2 decimals)", NEGATIVE_TASK, True),  # a precision is not a second candidate
+    ("-0.06 (to 2 decimal places)", NEGATIVE_TASK, True),
+    ("-0.06 (or -0.07)", NEGATIVE_TASK, False),  # but a second candidate is
+    ("-0.06 to -0.07", NEGATIVE_TASK, False),
+    ("0.06", NEGATIVE_TASK, False),
     ("17", INTEGER_TASK, True),
     ("17.0", INTEGER_TASK, True),
     ("18", INTEGER_TASK, False),
     ("seventeen", INTEGER_TASK, False),
     ("  central. ", STRING_TASK, True),
     ('"CENTRAL"', STRING_TASK, True),
+    ("**Central**", STRING_TASK, True),  # markdown emphasis, as numbers already allow
+    ("_Central_", STRING_TASK, True),
     ("North", STRING_TASK, False),
+    ("**North**", STRING_TASK, False),
 ])
 def test_answers_match(given, task, expected):
     assert answers_match(given, task) is expected
@@ -126,9 +143,20 @@ def test_answers_match(given, task, expected):
 
 def test_parse_number():
     assert parse_number("-0.35") == -0.35
+    assert parse_number("\u22120.35") == -0.35
     assert parse_number("12.5%") == 12.5
     assert parse_number("1e-3") == 0.001
+    assert parse_number("0.35 (2 d.p.)") == 0.35
     assert parse_number("no number") is None
+    assert parse_number("0.35\u20130.36") is None  # a range
+
+
+def test_a_stated_rounding_leaves_no_relative_slack(train, test):
+    # a blind guess two units of the last decimal off (1013 for 1012.04 before) must not score
+    rounded = [t for t in train + test if t["answer_type"] == "number" and "Round to" in t["question"]]
+    assert len(rounded) > 100
+    for task in rounded:
+        assert not answers_match(str(task["answer"] + 2 * task["tolerance"]["abs"]), task), task["id"]
 
 
 def test_correct_wrong_and_missing_answers_are_scored(test):

@@ -116,6 +116,14 @@ def test_malformed_moves_are_observations_and_keep_the_state():
     assert env.position == (0, 1)  # direction is case- and space-insensitive
 
 
+def test_a_long_direction_is_not_echoed_whole():
+    env = make_env("gridworld")
+    start = env.reset(SMALL)
+    result = env.step(move("north" * 40_000))  # 200,000 characters
+    assert result.observation.startswith("Error:") and "…" in result.observation and len(result.observation) < 250
+    assert env.state_key() == start
+
+
 def test_turn_limit_and_answers_end_with_zero():
     env = make_env("gridworld", max_turns=3)
     env.reset(SMALL)

@@ -9,6 +9,7 @@ from course_lib.protocol import (
     format_answer,
     format_tool_call,
     parse_action,
+    quoted,
     render_system_prompt,
 )
 
@@ -99,3 +100,30 @@ def test_random_text_never_raises(text):
 def test_random_tag_soup_never_raises(parts):
     action = parse_action("".join(parts), TOOLS)
     assert action.kind in {"tool_call", "answer", "malformed"}
+
+
+NUMBER_TOOL = Tool("scale", "Scale by a factor.", {"factor": ("number", "the factor")})
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_non_finite_numbers_are_rejected(literal):
+    action = parse_action('<tool_call>{"name": "scale", "arguments": {"factor": ' + literal + "}}</tool_call>",
+                          [NUMBER_TOOL])
+    assert action.kind == "malformed" and "must be a finite number" in action.error, action.error
+    assert parse_action(format_tool_call("scale", {"factor": 1e300}), [NUMBER_TOOL]).ok
+
+
+@pytest.mark.parametrize("text", [
+    format_tool_call("x" * 200_000, {"query": "a"}),  # unknown tool
+    format_tool_call("search", {"query": "a", "k" * 200_000: 1}),  # unknown argument
+    '<tool_call>{"name": "search", "arguments": {"query": "a"}, "' + "k" * 200_000 + '": 1}</tool_call>',  # extra key
+])
+def test_errors_echo_at_most_a_short_excerpt(text):
+    action = parse_action(text, TOOLS)
+    assert action.kind == "malformed" and len(action.error) < 250 and "…" in action.error, action.error[:300]
+
+
+def test_quoted_cuts_long_text_with_an_ellipsis():
+    assert quoted("up") == "'up'"
+    assert quoted("x" * 80) == repr("x" * 80)
+    assert quoted("x" * 81) == repr("x" * 79 + "…")

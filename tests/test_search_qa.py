@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from course_lib.envs import load_tasks, make_env
@@ -131,8 +134,32 @@ def test_turn_limit_ends_the_episode_with_zero(test):
     assert result.done and result.reward == 0.0 and result.info["turn_limit"]
 
 
+def test_a_long_query_is_not_echoed_whole(test):
+    env = make_env("search_qa")
+    env.reset(test[0])
+    result = env.step(format_tool_call("search", {"query": "zzzq" * 50_000}))  # 200,000 characters
+    assert result.observation.startswith("No results for 'zzzq") and "…" in result.observation
+    assert len(result.observation) < 200
+
+
 def test_the_index_is_built_once_per_process():
     assert make_env("search_qa").index is make_env("search_qa").index
+
+
+def test_a_regenerated_corpus_is_indexed_anew(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+
+    def write(text: str, mtime_ns: int) -> None:
+        path.write_text(json.dumps({"id": "d0", "text": text}) + "\n", encoding="utf-8")
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+    write("Orvane is a city.", 1_000_000_000_000_000_000)
+    first = load_index(path)
+    assert load_index(path) is first  # unchanged file: the cached index
+    write("Salvik is a city.", 1_000_000_001_000_000_000)  # same size, newer
+    assert [d["text"] for d in load_index(path).search("Salvik")] == ["Salvik is a city."]
+    write("Brumholt is a city.", 1_000_000_001_000_000_000)  # same mtime, another size
+    assert [d["text"] for d in load_index(path).search("Brumholt")] == ["Brumholt is a city."]
 
 
 @pytest.mark.parametrize("raw, normalised", [

@@ -14,9 +14,10 @@ answer) and the reference answer, computed at generation time by running that ve
 The one tool is `run_python(code)`: a fresh Python process in the sandbox, working directory = a
 throwaway copy of the task's CSV files, pandas installed. Nothing persists between calls.
 
-Reward: 1 if the final answer matches the reference: strings after normalising case, whitespace and
-surrounding punctuation; numbers within the stated tolerance (`abs`: one unit of the last decimal
-the question asks for, e.g. 0.01 for "round to 2 decimals"; or `rel` 1e-3), integers exactly.
+Reward: 1 if the final answer matches the reference: strings after normalising case, whitespace,
+surrounding punctuation and markdown emphasis; numbers within the stated tolerance (`abs`: one unit
+of the last decimal the question asks for, e.g. 0.01 for "round to 2 decimals"; or `rel` 1e-3, but
+only for questions that state no rounding), integers exactly.
 
 Task fields: id, question, files (CSV names), answer, answer_type ("number", "integer" or
 "string"), tolerance ({"abs", "rel"}, or null for strings), solution_code, template.
@@ -454,29 +455,44 @@ def generate(out_dir: Path, seed: int = 0) -> None:
 # ----- the verifier -------------------------------------------------------------------------------
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+# "2 decimals", "2 decimal places", "2 d.p.", "3 significant figures": a precision, never a candidate answer
+_PRECISION = re.compile(r"(?<![\d.])\d+\s*(?:decimals?|decimal\s+places?|d\.?p\b\.?|significant\s+(?:figures|digits))",
+                        re.IGNORECASE)
+# "Round to 2 decimals." in a question: the answer is only as exact as that
+_STATED_ROUNDING = re.compile(r"\bround(?:ed)? to \d+ decimals?\b", re.IGNORECASE)
 
 
 def parse_number(text: str) -> float | None:
-    """The one number in `text` ("12.5", "$1,234.50", "about 40%"), or None if there is none or several."""
+    """The one number in `text` ("12.5", "$1,234.50", "about 40%", "−0.06 (2 decimals)"), or None if there is
+    none or several (a range, "0.06 or 0.07")."""
+    text = _PRECISION.sub(" ", text.replace("\u2212", "-"))  # U+2212 is the typographic minus sign
     found = _NUMBER.findall(re.sub(r"(?<=\d),(?=\d{3}\b)", "", text))  # thousands separators
     return float(found[0]) if len(found) == 1 else None
 
 
 def normalize_text(text: str) -> str:
-    return " ".join(text.lower().split()).strip(" .'\"`")
+    """Lowercase, collapse whitespace, drop surrounding punctuation, quotes and markdown emphasis (**x**, _x_)."""
+    return " ".join(text.lower().split()).strip(" .'\"`*_")
 
 
 def answers_match(given: str, task: dict[str, Any]) -> bool:
-    """Does the answer text `given` match the task's reference answer (within its tolerance)?"""
+    """Does the answer text `given` match the task's reference answer (within its tolerance)?
+
+    A number is within `abs` of the reference, or, only when the question states no rounding, within
+    `rel` of it: "Round to 2 decimals" asks for 0.01, not for 0.1 % of a total of 44347.93 (±44).
+    """
     if task["answer_type"] == "string":
         return normalize_text(given) == normalize_text(str(task["answer"]))
     value = parse_number(given)
     if value is None:
         return False
     tol = task["tolerance"]
-    diff = abs(value - float(task["answer"]))
+    answer = float(task["answer"])
+    diff = abs(value - answer)
     # a tiny slack: 12.35 - 12.34 is 0.010000000000000009 in floating point
-    return diff <= tol["abs"] + 1e-9 or diff <= tol["rel"] * abs(float(task["answer"]))
+    if diff <= tol["abs"] + 1e-9:
+        return True
+    return not _STATED_ROUNDING.search(task.get("question", "")) and diff <= tol["rel"] * abs(answer)
 
 
 # ----- the environment ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from course_lib.envs.base import Environment, ToolError
-from course_lib.protocol import Tool, format_answer, format_tool_call
+from course_lib.protocol import Tool, format_answer, format_tool_call, quoted
 
 _SYLLABLES = ["ka", "lo", "mi", "ren", "to", "sa", "vu", "dor", "pel", "qui", "zan", "bri"]
 _CITIES = ["Orvane", "Tessaly", "Brumholt", "Quenport", "Salvik", "Drennor", "Maelis", "Corvath"]
@@ -52,7 +52,7 @@ class LookupEnv(Environment):
         key = arguments["name"].strip()
         directory = self.task["directory"]
         if key not in directory:
-            raise ToolError(f"no agent named {key!r} in the directory")
+            raise ToolError(f"no agent named {quoted(key)} in the directory")
         return f"Agent {key} is stationed in {directory[key]}."
 
     def score(self) -> float:

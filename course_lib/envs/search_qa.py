@@ -36,7 +36,7 @@ import bm25s
 from course_lib.data import write_jsonl
 from course_lib.envs import data_dir
 from course_lib.envs.base import Environment, ToolError
-from course_lib.protocol import Tool, format_answer, format_tool_call
+from course_lib.protocol import Tool, format_answer, format_tool_call, quoted
 
 CORPUS_FILE = "corpus.jsonl"
 TOP_K = 3
@@ -196,7 +196,9 @@ class SearchIndex:
 
 
 # Many environments are built per training step (one per rollout): index each corpus once per process.
-_INDEXES: dict[Path, SearchIndex] = {}
+# Keyed by path, (mtime, size) of the file it was built from: a corpus regenerated in the same process
+# (a notebook re-running the generator) is indexed anew instead of answering from the old one.
+_INDEXES: dict[Path, tuple[tuple[int, int], SearchIndex]] = {}
 
 
 def default_corpus_path() -> Path:
@@ -204,19 +206,21 @@ def default_corpus_path() -> Path:
 
 
 def load_index(corpus_path: Path | None = None) -> SearchIndex:
-    """The search index of a corpus file, built on first use and cached for the process."""
+    """The search index of a corpus file, built on first use and cached for the process until the file changes."""
     path = Path(corpus_path or default_corpus_path()).resolve()
-    if path not in _INDEXES:
-        if not path.exists():
-            raise FileNotFoundError(f"{path} not found; generate it with `python -m course_lib.data --only search_qa`")
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found; generate it with `python -m course_lib.data --only search_qa`")
+    stat = path.stat()
+    version = (stat.st_mtime_ns, stat.st_size)
+    if path not in _INDEXES or _INDEXES[path][0] != version:
         with path.open(encoding="utf-8") as f:
-            _INDEXES[path] = SearchIndex([json.loads(line) for line in f if line.strip()])
-    return _INDEXES[path]
+            _INDEXES[path] = (version, SearchIndex([json.loads(line) for line in f if line.strip()]))
+    return _INDEXES[path][1]
 
 
 def render_results(query: str, docs: list[dict[str, Any]]) -> str:
     if not docs:
-        return f"No results for {query!r}. Search for the name of a person, a city or an organisation."
+        return f"No results for {quoted(query)}. Search for the name of a person, a city or an organisation."
     return "\n".join(f"{i}. {d['text']}" for i, d in enumerate(docs, 1))
 
 

@@ -43,6 +43,7 @@ import inspect
 import json
 import os
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -53,6 +54,10 @@ from course_lib.envs import Environment, load_tasks, make_env
 from course_lib.protocol import Tool, format_answer, format_tool_call
 from course_lib.rollout import RolloutStats, rollout
 from course_lib.trajectory import Trajectory
+
+# TRL 1.16 reads `model.is_gradient_checkpointing`, which transformers 5 deprecates: a FutureWarning on every
+# `trainer.train()` that the learner can do nothing about.
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 ADAPTERS = ("rollout_func", "environment_factory")
 _PYTHON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "object": dict, "array": list}

@@ -545,11 +545,14 @@ def plot_histogram(values: Sequence[float], title: str, xlabel: str, ylabel: str
 
 
 def bar_with_ci(labels: Sequence[str], means: Sequence[float], los: Sequence[float], his: Sequence[float],
-                title: str, ylabel: str, *, ax=None, figsize: tuple[float, float] = (5.0, 3.2)):
+                title: str, ylabel: str, *, xlabel: str | None = None, ax=None,
+                figsize: tuple[float, float] = (5.0, 3.2)):
     """Bars with asymmetric interval whiskers [lo, hi]; bars named after a method take its colour."""
     ax = _axes(ax, figsize)
     errors = [[m - lo for m, lo in zip(means, los)], [hi - m for m, hi in zip(means, his)]]
     ax.bar(list(labels), list(means), yerr=errors, capsize=4, color=[method_color(str(x)) for x in labels])
     ax.set(title=title, ylabel=ylabel)
+    if xlabel:
+        ax.set_xlabel(xlabel)
     ax.grid(alpha=0.3, axis="y")
     return ax

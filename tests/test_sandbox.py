@@ -56,17 +56,25 @@ def sh(command: str, workdir: Path, limits: Limits = SMALL, **kwargs) -> Sandbox
     return result
 
 
-def processes_with(marker: str) -> list[int]:
-    """Host pids whose command line contains `marker` (zombies have none and do not count)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
-                    found.append(int(name))
-            except OSError:
-                continue
-    return found
+def processes_with(marker: str, grace: float = 2.0) -> list[str]:
+    """Host processes whose command line contains `marker` (zombies have none and do not count), each
+    as "pid: its /proc status lines"; polled for `grace` seconds, since a killed process takes a moment
+    to exit on a loaded machine (one CI run saw such a process once, right after the sandbox returned)."""
+    deadline = time.monotonic() + grace
+    while True:
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                        status = Path(f"/proc/{name}/status").read_text().splitlines()
+                        keep = [line for line in status if line.startswith(("Name", "State", "PPid", "NSpid", "Uid"))]
+                        found.append(f"{name}: {'; '.join(keep)}")
+                except OSError:
+                    continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def unique_sleep() -> str:

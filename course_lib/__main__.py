@@ -30,6 +30,7 @@ from course_lib.rollout import rollout
 from course_lib.train import (
     TrainConfig,
     _check,
+    config_tasks,
     ensure_warm_start,
     evaluate,
     filter_tasks,
@@ -285,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:  # wrong names, filters and sizes: a one-line usage error, before any model loads
         if args.command == "train":
-            _check(_config_from(args))
+            config = _config_from(args)
+            _check(config)
+            config_tasks(config)
         elif args.command in ("eval", "sft"):
             filter_tasks(load_tasks(args.env, args.split if args.command == "eval" else "train"), args.task_filter)
             if args.command == "eval" and args.n_tasks < 1:

@@ -738,8 +738,12 @@ def _check(config: TrainConfig) -> None:
                          f"got {config.temperature}")
     if config.turn_reward not in ("process", "judge"):
         raise ValueError(f"turn_reward must be 'process' or 'judge', got {config.turn_reward!r}")
-    for split in ("train", "test"):  # a wrong env name or filter fails here, before the model loads
-        filter_tasks(load_tasks(config.env, split), config.task_filter)
+
+
+def config_tasks(config: TrainConfig) -> tuple[list[dict], list[dict]]:
+    """(training tasks, held-out evaluation tasks) of a run; a wrong env name or filter raises ValueError."""
+    train_tasks = filter_tasks(load_tasks(config.env, "train"), config.task_filter)
+    return train_tasks, filter_tasks(load_tasks(config.env, "test"), config.task_filter)[: config.eval_tasks]
 
 
 def groups_with_signal(groups: list[TrajectoryGroup], advantages: list[torch.Tensor], *, credit: str
@@ -851,6 +855,7 @@ def train(config: TrainConfig) -> dict:
     greedy success with its 95% Wilson interval, at step 0, every `eval_every` steps and at the end).
     """
     _check(config)
+    train_tasks, test_tasks = config_tasks(config)  # before the model loads: a bad name or filter fails at once
     run_dir = Path(config.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = run_dir / "metrics.jsonl"
@@ -881,8 +886,6 @@ def train(config: TrainConfig) -> dict:
         metrics_path.write_text("")
     (run_dir / "config.json").write_text(json.dumps(config.to_json(), indent=1))
     ref_model = load_policy(config.model, device=config.device)[0] if config.beta > 0 else None
-    train_tasks = filter_tasks(load_tasks(config.env, "train"), config.task_filter)
-    test_tasks = filter_tasks(load_tasks(config.env, "test"), config.task_filter)[: config.eval_tasks]
 
     def run_eval(step: int) -> dict:
         t0 = time.perf_counter()
@@ -892,10 +895,11 @@ def train(config: TrainConfig) -> dict:
         _log(metrics_path, row)
         return row
 
-    last_eval = next((r for r in reversed(read_metrics(run_dir)) if r["kind"] == "eval"), None)
+    logged = read_metrics(run_dir)
+    last_eval = next((r for r in reversed(logged) if r["kind"] == "eval"), None)
     if start == 0 and config.eval_every > 0 and config.eval_tasks > 0:
         last_eval = run_eval(0)
-    step, bad_in_a_row, interrupted = start, _bad_in_a_row(read_metrics(run_dir)), False
+    step, bad_in_a_row, interrupted = start, _bad_in_a_row(logged), False
     held = DeferredInterrupt()
     bar = tqdm(range(start + 1, config.steps + 1), desc=f"RL {config.credit}", disable=not config.progress,
                initial=start, total=config.steps)

@@ -1,9 +1,10 @@
 # Agentic RL, hands-on. `make demo` runs the main job, `make test` the whole test suite.
-# Both create .venv if missing and install everything into it (CPU torch unless one is present).
+# Both create .venv if missing and install everything into it (a torch already there is kept).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-# CPU machines: torch 2.13.0. On a laptop where pip would pull the multi-GB CUDA build, run
+# torch 2.13.0 from pip's configured index: on this project's development and CI machines that is a
+# local CPU wheel; from plain PyPI on Linux it is the multi-GB CUDA build, so on a laptop run
 #   make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=

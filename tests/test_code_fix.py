@@ -108,7 +108,8 @@ def test_expert_solves_the_test_tasks(test, env_name):
         results = list(pool.map(lambda t: run_expert(env_name, t), tasks))
     rate = sum(r for r, _ in results) / len(tasks)
     print(f"{env_name}: expert solves {rate:.1%} of {len(tasks)} test tasks in {time.perf_counter() - start:.1f}s")
-    assert rate >= 0.95
+    failed = [t["id"] for t, (r, _) in zip(tasks, results) if r != 1.0]
+    assert not failed, f"the expert failed {failed}"
     assert not any(info["hacked"] for _, info in results)
 
 

@@ -63,15 +63,16 @@ def test_top3_contains_the_evidence_of_every_expert_query(split):
     index = load_index()
     tasks = load_tasks("search_qa", split)
     pairs = [(q, e) for t in tasks for q, e in zip(t["chain"], t["evidence"])]
-    hits = sum(e in [d["id"] for d in index.search(q, k=3)] for q, e in pairs)
-    assert hits / len(pairs) >= 0.95, f"{hits}/{len(pairs)} expert queries find their evidence in the top 3"
+    missed = [q for q, e in pairs if e not in [d["id"] for d in index.search(q, k=3)]]
+    # The README states 100% for both splits: every miss is named.
+    assert not missed, f"{len(missed)}/{len(pairs)} expert queries miss their evidence in the top 3: {missed[:5]}"
 
 
 def test_expert_solves_the_test_tasks(test):
     env = make_env("search_qa")
     outcomes = [run_expert(env, task) for task in test]
-    rate = sum(r for r, _ in outcomes) / len(test)
-    assert rate >= 0.95, f"expert solved {rate:.1%} of {len(test)} test tasks"
+    failed = [task["id"] for task, (r, _) in zip(test, outcomes) if r != 1.0]
+    assert not failed, f"the expert failed {len(failed)} of {len(test)} test tasks: {failed[:10]}"
     # one search per hop, then the answer
     assert all(turns == task["hops"] + 1 for task, (r, turns) in zip(test, outcomes) if r == 1.0)
 

@@ -27,6 +27,7 @@ from course_lib.rollout import expert_rollout
 from course_lib.train import (
     TrainConfig,
     collate,
+    find_checkpoint,
     groups_with_signal,
     loss_scale,
     pack_by_length,
@@ -366,13 +367,17 @@ def test_resume_after_sigkill_loses_and_repeats_no_step(tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        if step_file.exists() and json.loads(step_file.read_text())["step"] >= 1:
-            break
+        try:  # a save renames the folder away for a moment
+            if json.loads(step_file.read_text())["step"] >= 1:
+                break
+        except FileNotFoundError:
+            pass
         time.sleep(0.2)
     assert proc.poll() is None, "the run ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    killed_at = json.loads(step_file.read_text())["step"]
+    # The kill may land between a save's two renames: find_checkpoint recovers the previous one, as resuming does.
+    killed_at = json.loads((find_checkpoint(run_dir) / "step.json").read_text())["step"]
     assert 1 <= killed_at < steps
 
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

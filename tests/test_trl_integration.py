@@ -25,7 +25,7 @@ from course_lib.integrations.trl import (
     verifier_reward,
 )
 from course_lib.models import end_of_turn_id
-from course_lib.rollout import expert_rollout
+from course_lib.rollout import expert_rollout, rollout
 
 ENV = "lookup"
 
@@ -115,6 +115,19 @@ def test_completion_span_keeps_every_model_token(dataset):
         assert sum(t.loss_mask[:start]) == 0 and sum(t.loss_mask[end:]) == 0
         assert sum(t.loss_mask[start:end]) == t.num_model_tokens
         assert t.token_ids[end - 1] == end_of_turn_id(tok)
+
+
+def test_a_cut_last_turn_looks_truncated_to_trl(policy):
+    # TRL 1.16 calls a completion truncated when its last id is not an end-of-sequence token.
+    model, tok = policy
+    eot = end_of_turn_id(tok)
+    (group,) = rollout(model, tok, ENV, load_tasks(ENV, "train", 1), group_size=2, max_turns=1, max_new_tokens=3,
+                       progress=False)
+    for t in group.trajectories:
+        assert t.steps[-1].truncated
+        start, end = trajectory_completion(t, eot)
+        assert sum(t.loss_mask[start:end]) == t.num_model_tokens == 3
+        assert t.token_ids[end - 1] != eot and t.loss_mask[end - 1] == 1
 
 
 def test_verifier_reward_passes_the_env_reward_through():

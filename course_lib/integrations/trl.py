@@ -252,11 +252,14 @@ def trajectory_completion(trajectory: Trajectory, end_of_turn_id: int | None = N
 
     start = the end of the prompt. end = just after the last model token, plus the end-of-turn token
     if the template closes the turn with one: the closing tokens after it are context for nothing.
+    A last turn cut by max_new_tokens keeps no closing token: TRL calls a completion truncated when it
+    does not end in an end-of-sequence token (its `mask_truncated_completions` and clipped ratio).
     """
     start = len(trajectory.prompt_ids)
     model_positions = [i for i, m in enumerate(trajectory.loss_mask) if m]
     end = (model_positions[-1] + 1) if model_positions else start
-    if end < len(trajectory.token_ids) and trajectory.token_ids[end] == end_of_turn_id:
+    cut = bool(trajectory.steps) and trajectory.steps[-1].truncated
+    if not cut and end < len(trajectory.token_ids) and trajectory.token_ids[end] == end_of_turn_id:
         end += 1
     return start, end
 

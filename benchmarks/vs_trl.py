@@ -92,7 +92,8 @@ def run_ours(a, model_path: str, test_tasks: list[dict]) -> dict:
         "seconds_per_step": (rollout_s + update_s + other_s) / len(rows),
         "rollout_s_per_step": rollout_s / len(rows),
         "update_s_per_step": update_s / len(rows),
-        "generated_tokens_per_s": sum(r["generate_tokens_per_s"] for r in rows) / len(rows),
+        # all steps' tokens over all their generation time, as for TRL below (not a mean of per-step rates)
+        "generated_tokens_per_s": sum(r["generated_tokens"] for r in rows) / sum(r["seconds_generate"] for r in rows),
         "training_tokens_per_s": trained / update_s if update_s else float("nan"),
         "trained_tokens_per_step": trained / len(rows),
         "updates_skipped": sum(bool(r.get("skipped_update")) for r in rows),

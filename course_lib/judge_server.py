@@ -6,7 +6,9 @@
 It serves ``POST /v1/chat/completions`` (messages, max_tokens, temperature; no streaming) and
 ``GET /v1/models``, enough for the `openai` client, so the course can exercise the same HTTP path a
 real judge (vLLM, Ollama, a hosted API) would take. Requests are answered one at a time. Like a real
-server, it answers 400 to a prompt that cannot fit the model's budget (``--max-prompt-tokens``).
+server, it answers 400 to a prompt that cannot fit the model's budget (``--max-prompt-tokens``), and says
+``finish_reason: "length"`` when the answer stopped at max_tokens. One difference: a request without
+``temperature`` is answered greedily (temperature 0), where OpenAI's default is 1 (a judge wants greedy).
 """
 
 from __future__ import annotations
@@ -66,10 +68,14 @@ def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHand
             except JudgeRequestRejected as exc:  # a prompt too long: the client's fault, as in vLLM
                 self._error(400, str(exc))
                 return
+            except Exception as exc:  # the model failed: say so, instead of dropping the connection
+                self._error(500, f"the judge failed on this request: {exc!r}")
+                return
             self._send(200, {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
                 "model": model_name,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": "length" if completion_tokens >= max_tokens else "stop"}],
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                           "total_tokens": prompt_tokens + completion_tokens},
             })

@@ -67,11 +67,16 @@ def run_notebook(path: str, timeout: int = 1800) -> None:
     import nbformat
     from nbclient import NotebookClient
 
-    os.environ.setdefault("COURSE_FAST", "1")
     nb = nbformat.read(path, as_version=4)
     t0 = time.time()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}}).execute()
+    before = os.environ.get("COURSE_FAST")
+    os.environ.setdefault("COURSE_FAST", "1")  # the kernel inherits it; the caller's setting comes back below
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}}).execute()
+    finally:
+        if before is None:
+            os.environ.pop("COURSE_FAST", None)
     nbformat.write(nb, path)
     strip_widget_state(path)
     print(f"{path}: executed in {time.time() - t0:.0f} s")

@@ -811,6 +811,7 @@ def rl_step(step: int, model, tokenizer, value_head, optimizer, train_tasks: lis
                      max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                      seed=config.seed * 100_000 + step, max_context=config.max_context, progress=False, stats=stats)
     row: dict[str, Any] = {"step": step, "kind": "train", "seconds_rollout": time.perf_counter() - t0,
+                           "generated_tokens": stats.new_tokens, "seconds_generate": stats.generate_seconds,
                            "generate_tokens_per_s": stats.new_tokens / max(stats.generate_seconds, 1e-9)}
     t0 = time.perf_counter()
     assign_rewards(groups, config)

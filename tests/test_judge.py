@@ -9,6 +9,8 @@ import re
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -268,6 +270,64 @@ def test_openai_judge_against_the_local_judge_server(policy):
                              use_cache=False, metrics=metrics)
         assert len(scores) == 2 and metrics.calls == 1  # 8 tokens of a 135M model: valid or counted failure
         assert all(s.failed for s in scores) == (metrics.failed_groups == 1)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_score_group_over_http_reads_the_scores_a_served_judge_wrote():
+    """The success path end to end: score_group -> OpenAIJudge -> HTTP -> the judge server's handler -> a
+    backend that answers like a correct judge (rate_paris); the scores must come back by id."""
+    from course_lib.judge_server import make_handler
+
+    class ServedScript:
+        def __init__(self):
+            self.prompts = []
+
+        def complete_with_usage(self, messages, *, max_tokens=512, temperature=0.0):
+            self.prompts.append(messages)
+            return rate_paris(messages, len(self.prompts)), 50, 20
+
+    backend = ServedScript()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(backend, "served-script"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        judge = OpenAIJudge(base_url=f"http://127.0.0.1:{server.server_port}/v1", timeout=10, max_retries=0)
+        metrics = JudgeMetrics()
+        scores = score_group([conv("Rome"), conv("Paris"), conv("Lyon")], "Score 0 to 1.", judge, max_retries=0,
+                             use_cache=False, metrics=metrics)
+        finish = []
+        for max_tokens in (20, 21):  # the backend always writes 20 tokens: cut at 20, complete under 21
+            body = json.dumps({"messages": conv("Paris"), "max_tokens": max_tokens}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{server.server_port}/v1/chat/completions", body,
+                                             {"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                finish.append(json.loads(answer.read())["choices"][0]["finish_reason"])
+        assert finish == ["length", "stop"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [s.score for s in scores] == [0.2, 1.0, 0.2] and not any(s.failed for s in scores)
+    assert metrics.calls == 1 and metrics.failed_groups == 0 and judge.tokens_used == 70
+    assert "Score 0 to 1." in backend.prompts[0][0]["content"] + backend.prompts[0][1]["content"]
+
+
+def test_judge_server_answers_500_when_its_model_fails():
+    from course_lib.judge_server import make_handler
+
+    class Broken:
+        def complete_with_usage(self, messages, *, max_tokens=512, temperature=0.0):
+            raise RuntimeError("out of memory")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(Broken(), "broken"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{server.server_port}/v1/chat/completions", body,
+                                         {"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as failure:
+            urllib.request.urlopen(request, timeout=10)
+        assert failure.value.code == 500 and "out of memory" in failure.value.read().decode()
     finally:
         server.shutdown()
         server.server_close()

@@ -4,6 +4,9 @@ controls, the credit table has one row per turn, and the plots carry titles, lab
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from html.parser import HTMLParser
 
 import matplotlib
@@ -219,7 +222,11 @@ def test_plots_have_titles_labels_and_fixed_colours():
                                                                               viz.METHOD_COLORS["gigpo"]]
     assert len(ax.collections) == 2  # one shaded interval per method
     assert viz.method_color("gigpo (ω=0.5)") == viz.METHOD_COLORS["gigpo"]
-    assert viz.method_color("my method") == viz.method_color("my method")
+    extra = viz.method_color("my method")  # not a known method: one of the extra colours, the same in every process
+    assert extra in viz._EXTRA_COLORS and extra not in viz.METHOD_COLORS.values()
+    other = subprocess.run([sys.executable, "-c", "from course_lib import viz; print(viz.method_color('my method'))"],
+                           env=dict(os.environ, PYTHONHASHSEED="12345"), capture_output=True, text=True, check=True)
+    assert other.stdout.strip() == extra
 
     ax = viz.plot_histogram([1, 1, 2, 3, 3, 3], "step-group sizes", "step-group size", method="gigpo")
     assert [p.get_height() for p in ax.patches] == [2, 1, 3]

@@ -156,6 +156,12 @@ def generate(out_dir: Path, seed: int = 0) -> None:
 
     The split is by subject: every question about a held-out person, city or organisation goes to
     the test split, so the splits share no question (the corpus is shared, as a search engine is).
+    Facts are shared: a two-hop test question about a held-out organisation ends on its founder's
+    birthplace or birth year, which train questions about that person also ask. Of the 579 test questions,
+    213 of 239 two-hop and 71 of 340 one-hop ones end on a (document, answer) pair that some train
+    question also ends on. Measured on the demo's RL model (run of 2026-11-29, greedy, all 239 two-hop test
+    questions): 187 of those 213 and 20 of the other 26 answered correctly, and every correct answer came
+    after two searches; no answer was recalled without looking it up.
     """
     docs, tables = make_corpus(seed)
     rng = random.Random(seed + 1)

@@ -389,6 +389,9 @@ def make_judge_reward(judge, rubric: str | None = None, *, seed: int = 0) -> Cal
     Consecutive rows with the same prompt are one group (TRL's layout) and are judged together, each
     trajectory whole (``trajectory_messages`` from our rollout function, else prompt + completion).
     A failed group gives NaN scores, which TRL leaves out of its group statistics.
+    Each process judges the rows it holds: with several processes, keep per_device_train_batch_size a
+    multiple of num_generations, or a group split over two processes is judged as two smaller groups
+    (relative scores from two calls), unlike the verifier's reward, which is per trajectory.
     """
     from course_lib.judge import DEFAULT_RUBRIC, score_group
 

@@ -263,7 +263,8 @@ def broadcast_to_tokens(
     turn_advantages_per_row: torch.Tensor, turn_index_per_token: torch.Tensor
 ) -> torch.Tensor:
     """Per-token advantages from per-turn ones: out[..., j] = A[..., turn_index[j]], and 0 where
-    turn_index is −1 (prompt, tool output, padding: tokens the model did not choose).
+    turn_index is −1 (the prompt, padding). A turn's observation and closing tokens carry its index, so
+    they get the turn's value here: multiply by the loss mask to keep only the tokens the model chose.
 
     Shapes: A [K] with turn_index [T] -> [T] (one trajectory), or A [B, K] with turn_index [B, T] -> [B, T].
     """

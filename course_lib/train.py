@@ -507,7 +507,7 @@ def token_advantages(trajs: list[Trajectory], config: TrainConfig, metrics: dict
     group_ids = [t.group_id for t in trajs]
     if config.credit == "outcome":
         adv = outcome_advantages([t.reward for t in trajs], group_ids)
-        return [broadcast_to_tokens(a.repeat(max(1, t.num_turns)), torch.tensor(t.turn_index))
+        return [_on_model_tokens(broadcast_to_tokens(a.repeat(max(1, t.num_turns)), torch.tensor(t.turn_index)), t)
                 for a, t in zip(adv, trajs)]
     rows = [(t, k) for t in trajs for k in range(t.num_turns)]
     if config.credit == "gigpo":
@@ -528,9 +528,14 @@ def token_advantages(trajs: list[Trajectory], config: TrainConfig, metrics: dict
         raise ValueError(f"credit {config.credit!r} is not known; choose one of {', '.join(CREDITS)}")
     out, i = [], 0
     for t in trajs:
-        out.append(broadcast_to_tokens(per_row[i:i + t.num_turns], torch.tensor(t.turn_index)))
+        out.append(_on_model_tokens(broadcast_to_tokens(per_row[i:i + t.num_turns], torch.tensor(t.turn_index)), t))
         i += t.num_turns
     return out
+
+
+def _on_model_tokens(advantages: torch.Tensor, trajectory: Trajectory) -> torch.Tensor:
+    """Zero on the tokens the model did not sample: a turn's observation and closing carry its turn index."""
+    return advantages * torch.tensor(trajectory.loss_mask, dtype=advantages.dtype)
 
 
 @torch.no_grad()

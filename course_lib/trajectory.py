@@ -246,7 +246,17 @@ class TrajectoryBuilder:
         self._append(ids, mask=0, turn=len(self.traj.steps) - 1)
 
     def finish(self, reward: float, *, last_observation: str = "", done_info: dict[str, Any] | None = None) -> Trajectory:
-        """Close the last turn the way the template renders it (mask 0) and set the reward."""
+        """Close the last turn the way the template renders it (mask 0) and set the reward.
+
+        The episode's last observation is `last_observation`, not an `add_observation` call: once one was
+        appended, the context already opens the next assistant turn.
+        """
+        if self.closed:
+            raise RuntimeError("the trajectory is closed")
+        if self.traj.steps and self.traj.messages[-1]["role"] == self.observation_role:
+            raise RuntimeError(
+                "finish() closes the last action, but an observation was already appended after it: pass the "
+                "last observation as finish(reward, last_observation=...) instead of calling add_observation")
         if self.traj.steps:
             step = self.traj.steps[-1]
             step.observation_text, step.done = last_observation, True

@@ -202,6 +202,8 @@ def test_no_turn_is_generated_from_a_context_over_max_context(policy):
         assert context + max_new_tokens <= max_context
     assert tok.decode(traj.token_ids) == render(tok, traj.messages)
     assert traj.steps[0].reward == 0.25  # the environment's step reward is kept on non-final steps
+    # ... and on the step the context limit cut: its own 0.25 plus the score (0 here) of the cut episode
+    assert traj.steps[1].reward == 0.25 and traj.reward == 0.0
 
 
 def test_a_first_prompt_over_max_context_is_an_error(tokenizer):
@@ -212,6 +214,17 @@ def test_a_first_prompt_over_max_context_is_an_error(tokenizer):
 def test_expert_steps_keep_the_environment_step_reward_and_the_final_reward_once(tokenizer):
     demo = expert_rollout(tokenizer, _Echo, [{"id": 0}])[0]
     assert [s.reward for s in demo.steps] == [0.25, 0.0] and demo.reward == 0.0
+
+
+def test_finish_after_an_appended_observation_says_how_to_end_the_episode(tokenizer):
+    tok, eot = tokenizer, tokenizer.convert_tokens_to_ids("<|im_end|>")
+    b = TrajectoryBuilder(tok, [{"role": "user", "content": "hi"}], task_id="t", group_id="g", traj_id="0",
+                          end_of_turn_id=eot)
+    ids = tok("<tool_call>x</tool_call>", add_special_tokens=False)["input_ids"] + [eot]
+    b.add_action(ids, [0.0] * len(ids))
+    b.add_observation("result")
+    with pytest.raises(RuntimeError, match="last_observation="):
+        b.finish(1.0)
 
 
 def test_environments_are_closed_when_a_later_reset_fails(tokenizer):

@@ -229,6 +229,22 @@ def test_equal_reward_group_is_kept_when_gigpo_still_separates_its_members():
         assert len(keep) == kept and len(kept_advantages) == 2 * kept, credit
 
 
+@pytest.mark.parametrize("credit", ["outcome", "gigpo", "turn"])
+def test_token_advantages_are_zero_on_every_token_the_model_did_not_sample(credit):
+    group = TrajectoryGroup("g", "g@0", [_path(0, ["A", "B"]), _path(1, ["A", "C", "B", "D"])])
+    group.trajectories[0].reward = group.trajectories[0].steps[-1].reward = 0.0  # mixed rewards: signal
+    for t in group:  # each action followed by two observation tokens of its turn (mask 0, turn index k)
+        t.token_ids, t.loss_mask, t.logprobs, t.turn_index = [1, 2], [0, 0], [0.0, 0.0], [-1, -1]
+        for k in range(t.num_turns):
+            t.token_ids += [5, 6, 7, 8]
+            t.loss_mask += [1, 1, 0, 0]
+            t.logprobs += [-1.0, -1.0, 0.0, 0.0]
+            t.turn_index += [k] * 4
+    for t, a in zip(group, token_advantages(list(group), TrainConfig(credit=credit), {})):
+        mask = torch.tensor(t.loss_mask, dtype=torch.bool)
+        assert not a[~mask].any() and a[mask].abs().sum() > 0
+
+
 def test_ctrl_c_during_an_update_saves_the_finished_step(tmp_path):
     """SIGINT (what Ctrl+C sends) in the middle of step 2's update, between its two PPO epochs: the update
     finishes, step 2 is logged and checkpointed, and resuming runs step 3 only."""

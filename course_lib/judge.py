@@ -43,6 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from course_lib.trajectory import Trajectory
 
 DEFAULT_RUBRIC = """\
@@ -781,7 +783,8 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, group_size: int = 4,
 
     metrics = JudgeMetrics()
     agree, pairs, taus, moved, compared, reward_mean = 0.0, 0, [], 0, 0, []
-    for k, trajectories in enumerate(groups):
+    for k, trajectories in enumerate(tqdm(groups, desc=f"judging ({getattr(judge, 'name', type(judge).__name__)})", disable=not progress,
+                                          leave=False)):
         rewards = [t.reward for t in trajectories]
         reward_mean.append(sum(rewards) / len(rewards))
         runs = [score_group(trajectories, rubric, judge, seed=seed * 1000 + k * 2 + j, max_retries=max_retries,

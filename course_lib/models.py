@@ -57,8 +57,10 @@ def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> 
 
     * CUDA with bf16 (Ampere and newer): fp32 weights, bf16 autocast.
     * CUDA without bf16 (a T4): fp32 weights, fp16 autocast.
-    * CPU: fp32 weights; bf16 autocast is optional (`dtype="bf16-autocast"`), since on CPUs
-      with AVX-512 bf16 the matmuls run about 3.6x faster, but logits are then less exact.
+    * CPU: fp32 weights; bf16 autocast is optional (`dtype="bf16-autocast"`): on CPUs with bf16 units
+      matmuls run faster (the course's 2-core Xeon with AMX, 2026-11-29/30: a large bf16 matmul 6.1-6.6x
+      the fp32 one, a whole training update 1.7-1.8x the fp32 tokens/s; `benchmarks/train_throughput.py`),
+      but logits are then less exact.
 
     The weights stay fp32 by default because the same model is trained: an AdamW step moves a weight
     by about lr (2e-5 here), far below the spacing of bf16 numbers near a typical weight (about 2e-4

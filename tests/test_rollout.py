@@ -206,6 +206,19 @@ def test_no_turn_is_generated_from_a_context_over_max_context(policy):
     assert traj.steps[1].reward == 0.25 and traj.reward == 0.0
 
 
+def test_an_episode_cut_at_the_context_limit_carries_what_scoring_recorded(policy):
+    class Graded(_Echo):  # like code_fix, whose score() records the diff check in self.info
+        def score(self):
+            self.info["graded"] = True
+            return 0.0
+
+    model, tok = policy
+    (group,) = rollout(model, tok, Graded, [{"id": 0}], group_size=1, max_turns=4, max_new_tokens=4, max_context=400,
+                       progress=False)
+    (traj,) = group.trajectories
+    assert traj.info["context_limit"] and traj.info["graded"]
+
+
 def test_a_first_prompt_over_max_context_is_an_error(tokenizer):
     with pytest.raises(ValueError, match="raise max_context"):
         rollout(None, tokenizer, _Echo, [{"id": 0}], group_size=1, max_new_tokens=4, max_context=50, progress=False)

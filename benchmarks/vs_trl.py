@@ -72,7 +72,11 @@ class PeakMemory:
 
 
 def run_ours(a, model_path: str, test_tasks: list[dict]) -> dict:
-    run_dir = tempfile.mkdtemp(prefix="vs_trl_ours-")
+    with tempfile.TemporaryDirectory(prefix="vs_trl_ours-") as run_dir:  # its 1.6 GB checkpoint is not kept
+        return _run_ours(a, model_path, test_tasks, run_dir)
+
+
+def _run_ours(a, model_path: str, test_tasks: list[dict], run_dir: str) -> dict:
     config = TrainConfig(env=a.env, model=model_path, run_dir=run_dir, steps=a.steps, tasks_per_step=a.tasks_per_step,
                          group_size=a.group_size, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
                          temperature=1.0, lr=a.lr, loss_type="dapo", beta=0.0, eval_every=0,
@@ -105,6 +109,11 @@ def run_ours(a, model_path: str, test_tasks: list[dict]) -> dict:
 
 
 def run_trl(a, model_path: str, test_tasks: list[dict]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="vs_trl_trl-") as output_dir:
+        return _run_trl(a, model_path, test_tasks, output_dir)
+
+
+def _run_trl(a, model_path: str, test_tasks: list[dict], output_dir: str) -> dict:
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
@@ -117,7 +126,6 @@ def run_trl(a, model_path: str, test_tasks: list[dict]) -> dict:
         def on_step_end(self, args, state, control, **kwargs):
             self.seconds.append(time.perf_counter() - self.t0)
 
-    output_dir = tempfile.mkdtemp(prefix="vs_trl_trl-")
     args = grpo_config(output_dir, steps=a.steps, num_generations=a.group_size,
                        batch_size=a.tasks_per_step * a.group_size, max_completion_length=a.max_turns * a.max_new_tokens,
                        learning_rate=a.lr, seed=a.seed, max_turns=a.max_turns)

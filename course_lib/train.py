@@ -672,18 +672,30 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
 
 
 def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, value_head, step: int, config: TrainConfig) -> None:
-    """Write run_dir/checkpoint atomically: a temporary folder, then a rename (the old one goes last)."""
+    """Write run_dir/checkpoint atomically: a temporary folder, then a rename (the old one goes last).
+
+    A failed write (a full disk, say) removes the partial folder, leaves the previous checkpoint as it was and
+    raises an OSError that says how much space the disk has left."""
     tmp, final, old = run_dir / ".checkpoint-tmp", run_dir / "checkpoint", run_dir / ".checkpoint-old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
-    rng = {"torch": torch.get_rng_state(), "python": random.getstate(),
-           "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-    torch.save({"optimizer": optimizer.state_dict(), "rng": rng,
-                "value_head": value_head.state_dict() if value_head is not None else None}, tmp / "state.pt")
-    (tmp / "config.json").write_text(json.dumps(config.to_json(), indent=1))
-    (tmp / "step.json").write_text(json.dumps({"step": step}))
+    try:
+        model.save_pretrained(tmp / "model")
+        tokenizer.save_pretrained(tmp / "model")
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate(),
+               "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+        torch.save({"optimizer": optimizer.state_dict(), "rng": rng,
+                    "value_head": value_head.state_dict() if value_head is not None else None}, tmp / "state.pt")
+        (tmp / "config.json").write_text(json.dumps(config.to_json(), indent=1))
+        (tmp / "step.json").write_text(json.dumps({"step": step}))
+    except Exception as e:  # a failed write is an OSError, a SafetensorError or torch.save's RuntimeError
+        shutil.rmtree(tmp, ignore_errors=True)
+        free = shutil.disk_usage(run_dir).free
+        kept = f"the checkpoint in {final} is untouched" if final.exists() else "no earlier checkpoint exists"
+        raise OSError(f"could not write the checkpoint of step {step} to {tmp} ({type(e).__name__}: {e}); "
+                      f"{free / 2**30:.2f} GB are free on that disk (a checkpoint holds the fp32 weights and the "
+                      f"optimizer state: about 1.6 GB for the 135M model); {kept}. Free some space (old run "
+                      f"folders under runs/) and run again: train() resumes from the last checkpoint.") from e
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from course_lib.train import (
     loss_scale,
     pack_by_length,
     read_metrics,
+    save_checkpoint,
     sft_step,
     state_positions,
     token_advantages,
@@ -264,6 +266,26 @@ def test_ctrl_c_during_an_update_saves_the_finished_step(tmp_path):
     result = train(config)
     assert result["step"] == 3 and not result["interrupted"]
     assert [r["step"] for r in _train_rows(config.run_dir)] == [1, 2, 3]
+
+
+def test_a_checkpoint_that_cannot_be_written_says_why_and_keeps_the_previous_one(tmp_path, policy):
+    """A write that fails half-way (here the file-size limit, as a full disk would) raises an OSError naming the
+    free space, removes the partial folder and leaves the last good checkpoint in place."""
+    model, tokenizer = policy
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    config, run_dir = _tiny(tmp_path), tmp_path / "run"
+    save_checkpoint(run_dir, model, tokenizer, optimizer, None, 1, config)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (50 * 2**20, hard))  # the weights alone are 514 MB
+    try:
+        with pytest.raises(OSError, match=r"could not write the checkpoint of step 2 .* GB are free .* untouched"):
+            save_checkpoint(run_dir, model, tokenizer, optimizer, None, 2, config)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous_handler)
+    assert not (run_dir / ".checkpoint-tmp").exists()
+    assert json.loads((find_checkpoint(run_dir) / "step.json").read_text())["step"] == 1
 
 
 def test_cli_values_take_their_field_types():

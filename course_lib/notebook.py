@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import random
+import shutil
 
 import numpy as np
 import torch
@@ -22,8 +23,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def course_setup(seed: int = 0, threads: int | None = None) -> dict:
-    """Seed everything, pick the device, print one line a learner can quote when asking for help."""
+def course_setup(seed: int = 0, threads: int | None = None, disk_warning_gb: float = 12.0) -> dict:
+    """Seed everything, pick the device, print one line a learner can quote when asking for help.
+
+    Also warns when the disk that holds the runs folder has less than `disk_warning_gb` free: each training run
+    keeps a checkpoint of about 1.6 GB (fp32 weights and optimizer state), about 10 GB over the course."""
     seed_everything(seed)
     if threads is None:
         threads = course_threads()
@@ -39,7 +43,20 @@ def course_setup(seed: int = 0, threads: int | None = None) -> dict:
         "seed": seed,
     }
     print(" | ".join(f"{k}: {v}" for k, v in info.items()))
+    free_gb = _free_gb_for_runs()
+    if free_gb < disk_warning_gb:
+        print(f"WARNING: {free_gb:.1f} GB free for the runs folder; the training notebooks keep about 10 GB of "
+              f"checkpoints there (1.6 GB per run). Delete old runs or point COURSE_RUNS to a bigger disk.")
     return info
+
+
+def _free_gb_for_runs() -> float:
+    from course_lib.train import runs_dir
+
+    path = runs_dir().resolve()
+    while not path.exists():  # the folder is made by the first run
+        path = path.parent
+    return shutil.disk_usage(path).free / 2**30
 
 
 def pick(fast, full):

@@ -67,3 +67,21 @@ def test_course_threads_reads_the_environment(monkeypatch):
     monkeypatch.setenv("COURSE_THREADS", "two")
     with pytest.raises(ValueError, match="COURSE_THREADS"):
         course_threads()
+
+
+def test_course_setup_warns_when_the_runs_disk_is_short(tmp_path, monkeypatch, capsys):
+    """The threshold is set above any real disk, so the real free space (of the nearest existing folder above a
+    runs folder not made yet) triggers the warning; with a threshold of 0 nothing is printed."""
+    from course_lib.notebook import course_setup
+
+    monkeypatch.setenv("COURSE_RUNS", str(tmp_path / "not" / "made" / "yet"))
+    threads = torch.get_num_threads()
+    try:
+        course_setup(seed=0, disk_warning_gb=1e9)
+        warning = capsys.readouterr().out.splitlines()[-1]
+        free = float(warning.removeprefix("WARNING: ").split(" GB free")[0])
+        assert 0 < free < 1e9 and "COURSE_RUNS" in warning
+        course_setup(seed=0, disk_warning_gb=0)
+        assert "WARNING" not in capsys.readouterr().out
+    finally:
+        torch.set_num_threads(threads)

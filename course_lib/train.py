@@ -703,6 +703,23 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, value_head, step
     shutil.rmtree(old, ignore_errors=True)
 
 
+def checkpoint_bytes(model, value_head=None) -> int:
+    """What `save_checkpoint` writes, give or take the tokenizer: the weights, plus AdamW's two moments per
+    weight (exp_avg, exp_avg_sq, same dtype), for the model and the value head: 3 x the parameter bytes."""
+    params = list(model.parameters()) + (list(value_head.parameters()) if value_head is not None else [])
+    return 3 * sum(p.numel() * p.element_size() for p in params)
+
+
+def _check_disk_for_checkpoint(run_dir: Path, model, value_head) -> None:
+    """Fail before the first rollout, not at the first save, when a checkpoint cannot fit on the run's disk
+    (the new one is written next to the previous one, which goes only after the rename)."""
+    need, free = checkpoint_bytes(model, value_head), shutil.disk_usage(run_dir).free
+    if free < need:
+        raise OSError(f"{run_dir} has {free / 2**30:.2f} GB free, and a checkpoint of this run needs about "
+                      f"{need / 2**30:.2f} GB (weights and optimizer state); no step was run. Free some space (old "
+                      f"run folders under runs/) or choose a run_dir on a bigger disk (COURSE_RUNS moves runs/).")
+
+
 def find_checkpoint(run_dir: Path) -> Path | None:
     """The run's checkpoint, recovering the previous one when a save was cut between its two renames."""
     final, old = run_dir / "checkpoint", run_dir / ".checkpoint-old"
@@ -903,6 +920,8 @@ def train(config: TrainConfig) -> dict:
     else:
         metrics_path.write_text("")
     (run_dir / "config.json").write_text(json.dumps(config.to_json(), indent=1))
+    if start < config.steps:
+        _check_disk_for_checkpoint(run_dir, model, value_head)
     ref_model = load_policy(config.model, device=config.device)[0] if config.beta > 0 else None
 
     def run_eval(step: int) -> dict:

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from conftest import TEST_DEVICE
 from course_lib.__main__ import _add_config_options, _config_from
 from course_lib.credit import ValueHead
 from course_lib.envs import load_tasks
+from course_lib.envs.sandbox import bwrap_available
 from course_lib.losses import sft_loss
 from course_lib.models import load_policy
 from course_lib.rollout import expert_rollout
@@ -286,6 +288,25 @@ def test_a_checkpoint_that_cannot_be_written_says_why_and_keeps_the_previous_one
         signal.signal(signal.SIGXFSZ, previous_handler)
     assert not (run_dir / ".checkpoint-tmp").exists()
     assert json.loads((find_checkpoint(run_dir) / "step.json").read_text())["step"] == 1
+
+
+@pytest.mark.skipif(not bwrap_available(), reason="bubblewrap mounts the small disk")
+def test_a_run_whose_checkpoint_cannot_fit_fails_before_its_first_step(tmp_path):
+    """The run folder sits on a real 300 MB tmpfs (bubblewrap mounts it for the CLI process); a checkpoint of the
+    135M model needs about 1.6 GB, so the run stops before any rollout, with an error that says so."""
+    small = tmp_path / "small"
+    small.mkdir()
+    run_dir = small / "run"
+    cmd = ["bwrap", "--dev-bind", "/", "/", "--size", str(300 * 2**20), "--tmpfs", str(small), "--",
+           sys.executable, "-m", "course_lib", "train", "--env", "lookup", "--steps", "1", "--tasks-per-step", "1",
+           "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "8", "--eval-tasks", "0",
+           "--progress", "false", "--run-dir", str(run_dir)]
+    result = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, COURSE_THREADS="1"), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode != 0
+    message = result.stderr.strip().splitlines()[-1]
+    assert re.search(r"has 0\.\d\d GB free, and a checkpoint of this run needs about 1\.\d\d GB .* no step was run",
+                     message), result.stderr[-2000:]
 
 
 def test_cli_values_take_their_field_types():

@@ -671,6 +671,13 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
 # ------------------------------------------------------------------------------------------------------
 
 
+def checkpoint_bytes(model, value_head=None) -> int:
+    """What `save_checkpoint` writes, give or take the tokenizer: the weights, plus AdamW's two moments per
+    weight (exp_avg, exp_avg_sq, same dtype), for the model and the value head: 3 x the parameter bytes."""
+    params = list(model.parameters()) + (list(value_head.parameters()) if value_head is not None else [])
+    return 3 * sum(p.numel() * p.element_size() for p in params)
+
+
 def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, value_head, step: int, config: TrainConfig) -> None:
     """Write run_dir/checkpoint atomically: a temporary folder, then a rename (the old one goes last).
 
@@ -693,21 +700,15 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, value_head, step
         free = shutil.disk_usage(run_dir).free
         kept = f"the checkpoint in {final} is untouched" if final.exists() else "no earlier checkpoint exists"
         raise OSError(f"could not write the checkpoint of step {step} to {tmp} ({type(e).__name__}: {e}); "
-                      f"{free / 2**30:.2f} GB are free on that disk (a checkpoint holds the fp32 weights and the "
-                      f"optimizer state: about 1.6 GB for the 135M model); {kept}. Free some space (old run "
-                      f"folders under runs/) and run again: train() resumes from the last checkpoint.") from e
+                      f"{free / 2**30:.2f} GB are free on that disk and this checkpoint needs about "
+                      f"{checkpoint_bytes(model, value_head) / 2**30:.2f} GB (weights and optimizer state); {kept}. "
+                      f"Free some space (old run folders under runs/) and run again: train() resumes from the last "
+                      f"checkpoint.") from e
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
     tmp.rename(final)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def checkpoint_bytes(model, value_head=None) -> int:
-    """What `save_checkpoint` writes, give or take the tokenizer: the weights, plus AdamW's two moments per
-    weight (exp_avg, exp_avg_sq, same dtype), for the model and the value head: 3 x the parameter bytes."""
-    params = list(model.parameters()) + (list(value_head.parameters()) if value_head is not None else [])
-    return 3 * sum(p.numel() * p.element_size() for p in params)
 
 
 def _check_disk_for_checkpoint(run_dir: Path, model, value_head) -> None:

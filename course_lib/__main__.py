@@ -5,7 +5,8 @@
     python -m course_lib sft --env search_qa --steps 32 --run-dir runs/sft
     python -m course_lib demo            # warm start + RL on the embedded model (COURSE_FAST=1: tiny)
 
-Every `TrainConfig` field is a `train` option (`--tasks-per-step 4`, `--task-filter '{"hops": 2}'`).
+Every `TrainConfig` field but the Python objects (callables, the judge) is a `train` option
+(`--tasks-per-step 4`, `--task-filter '{"hops": 2}'`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from course_lib.train import (
 )
 from course_lib.viz import mask_text
 
-_SKIP = {"turn_reward_fn", "reward_fn", "loss_hook"}  # Python callables: set them from code, not the command line
+# Python objects (callables, the judge backend): set them from code, not the command line.
+_SKIP = {"turn_reward_fn", "reward_fn", "loss_hook", "judge"}
 
 
 def _parse_value(text: str) -> Any:

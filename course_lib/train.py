@@ -100,7 +100,7 @@ class TrainConfig:
     reward: str = "verifier"  # "verifier" (env reward), "judge" (course_lib.judge), "mix" of the two
     mix_weight: float = 0.5  # reward="mix": weight of the judge score, 1 − weight on the verifier
     reward_fn: Callable[[Trajectory], float] | None = None  # custom reward replacing the verifier's (shaping, tests)
-    judge: Any = None  # judge backend object passed to course_lib.judge (None: its default)
+    judge: Any = None  # judge backend (course_lib.judge.LocalJudge...); no default: judge rewards need one set
     rubric: str | None = None  # judge rubric (None: the judge's default)
     turn_reward: str = "process"  # credit="turn"/"critic": "process" (turn_reward_fn) or "judge" (score_turns)
     turn_reward_fn: Callable[[Trajectory], list[float]] | None = None  # per-turn rewards; None: default_turn_reward
@@ -468,7 +468,7 @@ def assign_rewards(groups: list[TrajectoryGroup], config: TrainConfig) -> None:
         return
     judge = _judge_module()
     for g in groups:
-        kwargs = {"judge": config.judge} if config.judge is not None else {}
+        kwargs = {"judge": config.judge}
         if config.rubric is not None:
             kwargs["rubric"] = config.rubric
         judged = judge.score_group(g.trajectories, **kwargs)
@@ -491,10 +491,15 @@ def _set_reward(trajectory: Trajectory, reward: float) -> None:
 
 
 def turn_rewards(trajectory: Trajectory, config: TrainConfig) -> list[float]:
-    """Per-turn process rewards r_t (not including the final reward)."""
+    """Per-turn process rewards r_t (not including the final reward).
+
+    turn_reward="judge": when the judge fails, every r_t is NaN and `info["turn_judge_failed"]` is True;
+    `rl_step` then skips the trajectory's group (a failed judging is never scored 0).
+    """
     if config.turn_reward == "judge":
-        kwargs = {"judge": config.judge} if config.judge is not None else {}
-        rewards = list(_judge_module().score_turns(trajectory, **kwargs))
+        scores = _judge_module().score_turns(trajectory, judge=config.judge)
+        trajectory.info["turn_judge_failed"] = scores.failed
+        rewards = list(scores)
     else:
         rewards = list((config.turn_reward_fn or default_turn_reward)(trajectory))
     if len(rewards) != trajectory.num_turns:
@@ -563,6 +568,7 @@ def critic_advantages(model, value_head, trajs: list[Trajectory], config: TrainC
         per_turn_adv.append(a)
         returns.append(ret)
     flat = torch.cat(per_turn_adv)
+    flat = flat[flat.isfinite()]  # a failed turn judging (NaN, its group skipped) must not spread to the batch
     mean, std = flat.mean(), (flat.std() if len(flat) > 1 else torch.tensor(1.0))
     tokens = [broadcast_to_tokens((a - mean) / (std + 1e-6), torch.tensor(t.turn_index))
               for a, t in zip(per_turn_adv, trajs)]
@@ -773,6 +779,11 @@ def _check(config: TrainConfig) -> None:
                          f"got {config.temperature}")
     if config.turn_reward not in ("process", "judge"):
         raise ValueError(f"turn_reward must be 'process' or 'judge', got {config.turn_reward!r}")
+    for name, value in (("reward", config.reward), ("turn_reward", config.turn_reward)):
+        if value in ("judge", "mix") and config.judge is None:  # else it fails only in the first step
+            raise ValueError(f"{name}={value!r} needs a judge backend and there is no default one: set "
+                             "judge= from Python, e.g. course_lib.judge.LocalJudge(mode='logprob') (the "
+                             "embedded model) or OpenAIJudge(base_url=...) (a served one)")
 
 
 def config_tasks(config: TrainConfig) -> tuple[list[dict], list[dict]]:
@@ -861,14 +872,23 @@ def rl_step(step: int, model, tokenizer, value_head, optimizer, train_tasks: lis
                 "judge_failed_groups": len(judge_failed)})
     t0 = time.perf_counter()
     trajs = [t for g in judged for t in g]
-    old_values = returns = None
-    if config.credit == "critic":  # the critic learns from every group: its baseline is V, not the group mean
+    if config.credit == "critic":
         advantages, old_values, returns = (critic_advantages(model, value_head, trajs, config, device, autocast_dtype)
-                                           if trajs else ([], None, None))
-        keep = judged
+                                           if trajs else ([], [], []))
     else:
         advantages = token_advantages(trajs, config, row) if trajs else []
-        keep, advantages = groups_with_signal(judged, advantages, credit=config.credit)
+    # A trajectory whose turns the judge failed to score has NaN advantages: its group is skipped and counted
+    # like a failed group judging, so the other groups still train.
+    failed = {t.group_id for t in trajs if t.info.get("turn_judge_failed")}
+    row["judge_failed_groups"] += len(failed)
+    ok = [i for i, t in enumerate(trajs) if t.group_id not in failed]
+    trajs, advantages = [trajs[i] for i in ok], [advantages[i] for i in ok]
+    keep = [g for g in judged if g.group_id not in failed]
+    if config.credit == "critic":  # the critic learns from every group: its baseline is V, not the group mean
+        old_values, returns = [old_values[i] for i in ok], [returns[i] for i in ok]
+    else:
+        old_values = returns = None
+        keep, advantages = groups_with_signal(keep, advantages, credit=config.credit)
         trajs = [t for g in keep for t in g]
     row["seconds_advantage"] = time.perf_counter() - t0
     row["skipped_groups"] = len(groups) - len(keep)
@@ -935,8 +955,8 @@ def train(config: TrainConfig) -> dict:
 
     logged = read_metrics(run_dir)
     last_eval = next((r for r in reversed(logged) if r["kind"] == "eval"), None)
-    if start == 0 and config.eval_every > 0 and config.eval_tasks > 0:
-        last_eval = run_eval(0)
+    if start == 0 and last_eval is None and config.eval_every > 0 and config.eval_tasks > 0:
+        last_eval = run_eval(0)  # not again when resuming from a checkpoint saved at step 0 (Ctrl+C in step 1)
     step, bad_in_a_row, interrupted = start, _bad_in_a_row(logged), False
     held = DeferredInterrupt()
     bar = tqdm(range(start + 1, config.steps + 1), desc=f"RL {config.credit}", disable=not config.progress,

@@ -415,6 +415,19 @@ def test_the_nan_count_survives_a_resume_and_a_late_epoch_is_reported(tmp_path):
     assert len(calls) == 2 and row["nonfinite"] and row["epochs_stepped"] == 1
 
 
+def test_resuming_from_a_step_0_checkpoint_does_not_evaluate_step_0_again(tmp_path):
+    """Ctrl+C during step 1 saves a checkpoint at step 0; the metrics keep step 0's evaluation. Resuming must
+    not run and log it a second time."""
+    config = _tiny(tmp_path, steps=0, eval_every=1, eval_tasks=2)
+    train(config)  # evaluates step 0, trains nothing
+    model, tokenizer = load_policy(config.model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    save_checkpoint(Path(config.run_dir), model, tokenizer, optimizer, None, 0, config)
+    assert train(config)["eval"]["step"] == 0
+    evals = [r for r in read_metrics(config.run_dir) if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [0]
+
+
 def test_resume_after_sigkill_loses_and_repeats_no_step(tmp_path):
     run_dir = tmp_path / "run"
     steps = 4

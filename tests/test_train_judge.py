@@ -1,0 +1,107 @@
+"""The trainer with a judge: a failed per-turn judging skips only its group, and a judge reward without a
+judge backend is refused before anything loads. The judges are real backends whose answers the test writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+import torch
+from conftest import TEST_DEVICE
+
+from course_lib.credit import ValueHead
+from course_lib.envs import load_tasks
+from course_lib.rollout import expert_rollout
+from course_lib.train import TrainConfig, _check, critic_advantages, read_metrics, token_advantages, train
+
+
+class FailsOneTrajectory:
+    """A turn judge that answers in JSON, except for the first trajectory it is shown: that one gets
+    garbage on every try, so its judging fails (NaN scores, `failed=True`)."""
+
+    name = "fails-one-trajectory"
+
+    def __init__(self):
+        self.first = None
+        self.tokens_used = 0
+
+    def complete(self, messages, *, max_tokens=512, temperature=0.0):
+        trajectory = messages[1]["content"]  # re-asks append messages: this one stays the trajectory
+        self.first = self.first or trajectory
+        if trajectory == self.first:
+            return "Every turn looks fine to me."
+        turns = len(re.findall(r'<turn number="', trajectory))
+        return json.dumps([{"turn": k, "explanation": "ok", "score": 0.5} for k in range(1, turns + 1)])
+
+
+def _two_groups(tokenizer):
+    """Expert episodes of four lookup tasks in two groups of two: g0 (judged first) and g1."""
+    trajs = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:4])
+    for i, t in enumerate(trajs):
+        t.group_id, t.traj_id = f"g{i // 2}", f"t{i}"
+    return trajs
+
+
+def _finite(advantages) -> list[bool]:
+    return [bool(torch.isfinite(a).all()) for a in advantages]
+
+
+def test_a_failed_turn_judging_does_not_reach_the_other_groups_advantages(policy):
+    model, tokenizer = policy
+    trajs = _two_groups(tokenizer)
+    config = TrainConfig(credit="turn", turn_reward="judge", judge=FailsOneTrajectory())
+    advantages = token_advantages(trajs, config, {})
+    assert [t.info["turn_judge_failed"] for t in trajs] == [True, False, False, False]
+    assert _finite(advantages)[2:] == [True, True]
+
+    # The critic whitens over the whole batch: the failed trajectory's NaN must not spread through it.
+    config = TrainConfig(credit="critic", turn_reward="judge", judge=FailsOneTrajectory())
+    value_head = ValueHead(model.config.hidden_size).to(TEST_DEVICE)
+    advantages, _, returns = critic_advantages(model, value_head, trajs, config, torch.device(TEST_DEVICE), None)
+    assert trajs[0].info["turn_judge_failed"] and not _finite(advantages)[0]
+    assert _finite(advantages)[1:] == [True, True, True] and _finite(returns)[1:] == [True, True, True]
+
+
+@pytest.mark.parametrize("credit", ["turn", "critic"])
+def test_a_failed_turn_judging_skips_and_counts_its_group_and_the_others_train(tmp_path, credit):
+    """One RL step, two groups; the judge fails on one trajectory of the first group: that group is skipped
+    and counted, the update on the other group happens and is finite (before: a NaN loss, no update)."""
+    config = TrainConfig(env="lookup", run_dir=str(tmp_path / "run"), steps=1, tasks_per_step=2, group_size=2,
+                         max_turns=1, max_new_tokens=8, eval_every=0, eval_tasks=0, checkpoint_every=0,
+                         progress=False, credit=credit, turn_reward="judge", judge=FailsOneTrajectory(),
+                         reward_fn=lambda t: 1.0 if t.traj_id.endswith("#0") else 0.0)  # signal in every group
+    train(config)
+    (row,) = [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
+    assert row["judge_failed_groups"] == 1 and row["skipped_groups"] == 1
+    assert not row.get("skipped_update") and row["nonfinite"] is False and math.isfinite(row["loss"])
+    assert math.isfinite(row["advantage_mean"])
+
+
+@pytest.mark.parametrize("fields, name", [
+    ({"reward": "judge"}, "reward='judge'"),
+    ({"reward": "mix"}, "reward='mix'"),
+    ({"credit": "turn", "turn_reward": "judge"}, "turn_reward='judge'"),
+])
+def test_a_judge_reward_without_a_judge_is_refused_before_the_model_loads(fields, name, monkeypatch):
+    import course_lib.train as train_module
+
+    monkeypatch.setattr(train_module, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(ValueError, match=re.escape(f"{name} needs a judge backend")) as error:
+        train(TrainConfig(**fields, progress=False))
+    assert "LocalJudge(mode='logprob')" in str(error.value)
+    _check(TrainConfig(**fields, judge=FailsOneTrajectory()))  # with a judge the config is fine
+
+
+def test_the_command_line_has_no_judge_option_and_says_how_to_get_one(capsys, monkeypatch):
+    """A judge is a Python object: `--judge local` used to reach the trainer as a string and crash there."""
+    import course_lib.__main__ as cli
+
+    monkeypatch.setattr(cli, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("training started"))
+    for argv, message in ((["train", "--judge", "local"], "unrecognized arguments: --judge local"),
+                          (["train", "--reward", "judge"], "reward='judge' needs a judge backend")):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(argv)
+        assert stop.value.code == 2 and message in capsys.readouterr().err

@@ -175,13 +175,15 @@ def check_episode_weights(fn) -> None:
     mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in lengths])
     for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"):
         logprobs = torch.zeros(len(lengths), T, requires_grad=True)
-        loss, _ = policy_loss(logprobs, logprobs.detach(), torch.ones(len(lengths)), mask, loss_type=loss_type)
+        loss, _ = policy_loss(logprobs, logprobs.detach(), torch.ones(len(lengths)), mask, loss_type=loss_type,
+                              max_completion_length=T)
         (grad,) = torch.autograd.grad(loss, logprobs)
         expected = [-grad[b, 0].item() for b in range(len(lengths))]
         got = [float(x) for x in fn(lengths, T, loss_type)]
         if len(got) != len(expected) or any(abs(g - e) > 1e-6 for g, e in zip(got, expected)):
             raise ExerciseFailed(f"for {loss_type} with lengths {lengths}, T = {T} you gave "
-                                 f"{[round(g, 4) for g in got]}, expected {[round(e, 4) for e in expected]}.")
+                                 f"{[round(g, 4) for g in got]}, expected {[round(e, 4) for e in expected]} "
+                                 "(T is the padded length, a setting, not the longest episode's length).")
     _ok("grpo divides by each episode's own length; bnpo/dapo by the batch's tokens; dr_grpo by a constant.")
 
 

@@ -228,9 +228,11 @@ def turn_advantages(
     Why this rule: A_O keeps the verifier in charge (a turn judge alone can be gamed, notebook 07), and
     A_T adds a dense signal that says which turns did better than the other rollouts of the task did
     at the same point of the episode. Comparing at the same turn index (GiGPO's step groups with the
-    turn index as the anchor) keeps the comparison fair: with γ = 1 an early turn sums more future
-    rewards than a late one, so pooling all turns would credit earliness, not quality. A turn index
-    reached by only one rollout of the group gets A_T = 0. weight = 0 gives plain outcome credit.
+    turn index as the anchor) removes one bias: with γ = 1 an early turn sums more future rewards than a
+    late one, so pooling all turns would credit earliness, not quality. It does not remove another: at
+    the same t, a longer episode still has more turns left to sum, so with γ = 1 and positive turn
+    rewards length earns credit (centre r_t, or take γ < 1, to weaken that). A turn index reached by only
+    one rollout of the group gets A_T = 0. weight = 0 gives plain outcome credit.
 
     Inputs, one entry per turn row: turn_rewards [N] (r_t from any callable that scores a turn),
     outcome_rewards [N] (R(τ), the same on every row of τ), group_ids, traj_ids; rows of one

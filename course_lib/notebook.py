@@ -106,7 +106,7 @@ if __name__ == "__main__":
         run_notebook(p)
 
 
-# One warm-start recipe per environment, shared by notebooks 05-10: the first notebook that needs a
+# One warm-start recipe per environment, used by notebooks 05-09 and 11: the first notebook that needs a
 # checkpoint trains it (cached under runs/warm_start/), the others reuse it.
 WARM_START = {
     # Fast: the smallest warm start that already succeeds sometimes (4x4 gridworld: 2 of 8 held-out

@@ -68,7 +68,7 @@ def main() -> None:
                                 max_retries=args.max_retries, judge_max_tokens=max_tokens[judge.name])
             print(f"{env:10} {judge.name[:28]:28} {r['mean_verifier_reward']:6.2f} {fmt(r['pairwise_accuracy']):>8} "
                   f"{r['pairs']:5d} {fmt(r['kendall_tau']):>5} {fmt(r['position_bias_rate']):>8} "
-                  f"{r['failure_rate']:5.2f} {r['tokens_per_group']:11.0f} {r['seconds_per_group']:9.1f}"
+                  f"{r['failed_judgings_rate']:5.2f} {r['tokens_per_judging']:11.0f} {r['seconds_per_judging']:9.1f}"
                   f"   ({time.time() - t0:.0f} s)", flush=True)
             if r["last_errors"]:
                 print(f"{'':10} last judge errors: {r['last_errors'][-1][:100]}")

@@ -6,7 +6,7 @@ The group judge (RULER's idea, with its known weaknesses fixed):
   then each trajectory's remainder under a short id that depends on its content, not its position;
 * the judge answers JSON ``[{"id", "explanation", "score"}]`` and scores are matched **by id**;
 * the order is shuffled (seeded) against position bias; ``two_orders=True`` scores the group a second
-  time in reversed order and averages;
+  time in reversed order and averages; ``reverse=True`` reads it in the reversed order alone;
 * an answer that cannot be used (no JSON, a missing or unknown id, a score outside [0, 1]) is sent
   back with the error and re-asked at most ``max_retries`` times; after that every score of the group
   is NaN with ``failed=True``, counted in :data:`JUDGE_METRICS`: a failed group is never silently
@@ -14,8 +14,8 @@ The group judge (RULER's idea, with its known weaknesses fixed):
 * a request the judge rejects (HTTP 400, 413, 422: a prompt too long for it) fails its group the same
   way, at once, instead of stopping the run; 401, 403 and 404 are configuration mistakes and raise;
 * identical trajectories are scored once (all identical: no call at all, every score 0.5);
-* results are cached on disk by a hash of (rubric, judge name, order seed, contents); the judge's name
-  names its model, so two judge models never share cached answers.
+* results are cached on disk by a hash of (rubric, judge name, order seed and direction, contents); the
+  judge's name names its model, so two judge models never share cached answers.
 
 Backends share one method, ``complete(messages, *, max_tokens, temperature) -> str``, and a ``name``
 (part of the cache key): :class:`LocalJudge` (transformers, e.g. the embedded SmolLM2-135M) and
@@ -24,8 +24,8 @@ Backends share one method, ``complete(messages, *, max_tokens, temperature) -> s
 
 A 135M model rarely writes valid group JSON. ``LocalJudge(mode="logprob")`` gives a weak judge a fair
 chance: each distinct trajectory is scored alone by P(yes) for "did the agent reach the goal?", read
-from the next-token distribution. It always returns a valid score and has no position bias by
-construction, but it is pointwise, not relative.
+from the next-token distribution, with the rubric as the system message. It always returns a valid
+score and has no position bias by construction, but it is pointwise, not relative.
 """
 
 from __future__ import annotations
@@ -344,16 +344,19 @@ def _write_cache(path: Path, value: Any) -> None:
 
 
 def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubric: str = DEFAULT_RUBRIC,
-                judge=None, *, seed: int = 0, two_orders: bool = False, max_retries: int = 2,
-                cache_dir: str | Path | None = None, use_cache: bool = True, max_tokens: int = 512,
-                metrics: JudgeMetrics | None = None) -> list[JudgeScore]:
+                judge=None, *, seed: int = 0, two_orders: bool = False, reverse: bool = False,
+                max_retries: int = 2, cache_dir: str | Path | None = None, use_cache: bool = True,
+                max_tokens: int = 512, metrics: JudgeMetrics | None = None) -> list[JudgeScore]:
     """Score a group of trajectories relative to each other: one JudgeScore per trajectory, in input order.
 
     trajectories: `Trajectory` objects (or plain chat-message lists) of one task.
     judge: a backend with ``complete(messages, *, max_tokens, temperature) -> str`` and ``name``;
-    a judge with ``mode == "logprob"`` is asked per trajectory instead (see `LocalJudge`).
+    a judge with ``mode == "logprob"`` is asked per trajectory instead, with the rubric as the system
+    message of each question (see `LocalJudge`).
     seed: shuffles the order the judge reads the trajectories in (ids do not change with it).
     two_orders: also score in the reversed order and average both (twice the cost, less order bias).
+    reverse: read the trajectories in the reversed order of the one `seed` draws: a second judging whose
+    order surely differs when there are two or more distinct trajectories (`judge_agreement` uses it).
     On failure (answers unusable after all tries, or a request the judge rejected, e.g. a prompt too
     long) every score is NaN with ``failed=True`` and the reason as explanation; `JUDGE_METRICS` (and
     `metrics`) count it. A `JudgeUnavailable` from the backend is raised, not counted: an unreachable
@@ -384,7 +387,8 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
     remainder_of = {id_of[t]: c[n_prefix:] for t, c in zip(texts, conversations)}
     mode = getattr(judge, "mode", "group")
     # v2: v1 entries stored scores under ids that could depend on the input order (two contents sharing a hash prefix)
-    key = _hash("group-v2", rubric, judge.name, mode, seed, two_orders, render_messages(prefix), contents)
+    # v3: logprob questions show the rubric; the order can be reversed
+    key = _hash("group-v3", rubric, judge.name, mode, seed, two_orders, reverse, render_messages(prefix), contents)
     path = _cache_path(cache_dir, key)
     if use_cache and path.exists():
         cached = json.loads(path.read_text())
@@ -396,12 +400,14 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
     why = ""
     if mode == "logprob":
         try:
-            found = _score_pointwise(judge, prefix, remainder_of, sinks)
+            found = _score_pointwise(judge, prefix, remainder_of, rubric, sinks)
         except JudgeRequestRejected as exc:
             why = f"judge refused the request: {exc}"
     else:
         order = [id_of[t] for t in distinct]  # input order, then the seeded shuffle
         random.Random(seed).shuffle(order)
+        if reverse:
+            order.reverse()
         orders = [order, order[::-1]] if two_orders else [order]
         results = []
         for o in orders:
@@ -470,7 +476,8 @@ def score_turns(trajectory: Trajectory | list[dict[str, str]], rubric: str = TUR
     """Score every turn of one trajectory: was this action useful given what was known? One float per turn.
 
     Same protocol as `score_group` (JSON, checked turn numbers, bounded re-asks). A judge with
-    ``mode == "logprob"`` scores each turn by P(yes) for "was this a useful step?". On failure (a
+    ``mode == "logprob"`` scores each turn by P(yes) for "was this a useful step?", with the rubric as
+    the system message (without the JSON answer format, which does not apply). On failure (a
     rejected request included) the result has ``failed=True`` and NaN scores, and the metrics count it.
     """
     if judge is None:
@@ -488,7 +495,8 @@ def score_turns(trajectory: Trajectory | list[dict[str, str]], rubric: str = TUR
             for k in range(len(turns)):
                 question = ("Was the last action a useful, well-formed next step toward the goal, given what the "
                             "agent knew? Answer yes or no.")
-                prompt = turn_prompt(context, turns[:k + 1], rubric)[1:]  # the system's JSON request does not apply
+                # the rubric without the system's JSON request, which does not apply
+                prompt = [{"role": "system", "content": rubric}] + turn_prompt(context, turns[:k + 1], rubric)[1:]
                 prompt[-1]["content"] += "\n" + question
                 scores.append(_yes_probability(judge, prompt, sinks))
             return TurnScores(scores, ["P(yes) of the local judge"] * len(turns))
@@ -519,13 +527,14 @@ def _yes_probability(judge, messages: list[dict[str, str]], sinks: list[JudgeMet
 
 
 def _score_pointwise(judge, prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]],
-                     sinks: list[JudgeMetrics]) -> dict[str, tuple[float, str]]:
-    """Each trajectory alone: score = P(yes) for "did the agent reach the goal?". Always valid."""
+                     rubric: str, sinks: list[JudgeMetrics]) -> dict[str, tuple[float, str]]:
+    """Each trajectory alone, the rubric as system message: score = P(yes) for "did the agent reach the
+    goal?". Always valid."""
     out = {}
     for i, remainder in remainders.items():
         text = (f"{render_messages(prefix)}\n{render_messages(remainder)}\n\n"
                 "Question: did the agent complete the task correctly? Answer yes or no.")
-        p = _yes_probability(judge, [{"role": "user", "content": text}], sinks)
+        p = _yes_probability(judge, [{"role": "system", "content": rubric}, {"role": "user", "content": text}], sinks)
         out[i] = (p, f"P(yes) = {p:.3f}")
     return out
 
@@ -540,8 +549,8 @@ class LocalJudge:
     `model` and `tokenizer` already loaded, the name of that model (default: its ``name_or_path``).
     The name is part of `self.name`, hence of the cache key: give weights that share a
     ``name_or_path`` (a policy being trained) a name of their own. mode: "group" (JSON answers, the
-    main protocol) or "logprob" (score each trajectory by P(yes) from the next-token distribution:
-    cheap, always valid, meant for tiny judges that cannot write the JSON).
+    main protocol) or "logprob" (score each trajectory by P(yes) from the next-token distribution, the
+    rubric as the system message: cheap, always valid, meant for tiny judges that cannot write the JSON).
 
     max_prompt_tokens: a longer prompt is shortened in the middle of its longest non-system message
     (the trajectories of a group prompt, see `_fit_prompt`), so the rubric and the answer format
@@ -768,10 +777,18 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, group_size: int = 4,
     """How well a judge agrees with a verifier, on groups that mix expert demonstrations and policy rollouts.
 
     Each group holds `n_expert` expert trajectories (default half) and the rest base-policy rollouts
-    (temperature 1), so rewards vary inside groups. Every group is judged twice, in two seeded orders,
-    without the cache. Returns: pairwise ranking accuracy (pairs with different rewards; judge ties
-    count half), mean within-group Kendall τ (scipy), position-bias rate (share of trajectories whose
-    score moves by more than 0.01 when only the order changes), failure rate, tokens and seconds per group.
+    (temperature 1), so rewards vary inside groups. Every group is judged twice without the cache: in a
+    seeded order, then in that order reversed. Returns:
+
+    * pairwise ranking accuracy (pairs with different rewards; judge ties count half) and mean
+      within-group Kendall τ (scipy), from the first judging of each group where it succeeded;
+    * position_bias_rate: the share of trajectories whose score moves by more than 0.01 between the two
+      orders, over groups where both judgings succeeded and that hold at least two distinct
+      trajectories (a group of identical ones has a single order, so it cannot show position bias);
+    * per group, both judgings together: failure_rate (share of groups where either judging failed),
+      tokens_per_group and seconds_per_group (the cost of judging a group both ways);
+    * per judging (one `score_group` call, two per group): failed_judgings_rate, tokens_per_judging,
+      seconds_per_judging.
     """
     from scipy.stats import kendalltau
 
@@ -782,13 +799,16 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, group_size: int = 4,
                                  progress=progress, judge=judge)
 
     metrics = JudgeMetrics()
-    agree, pairs, taus, moved, compared, reward_mean = 0.0, 0, [], 0, 0, []
+    agree, pairs, taus, moved, compared, failed, reward_mean = 0.0, 0, [], 0, 0, 0, []
     for k, trajectories in enumerate(tqdm(groups, desc=f"judging ({getattr(judge, 'name', type(judge).__name__)})", disable=not progress,
                                           leave=False)):
         rewards = [t.reward for t in trajectories]
         reward_mean.append(sum(rewards) / len(rewards))
-        runs = [score_group(trajectories, rubric, judge, seed=seed * 1000 + k * 2 + j, max_retries=max_retries,
-                            use_cache=False, max_tokens=judge_max_tokens, metrics=metrics) for j in range(2)]
+        # The second judging reverses the first one's order: two seeds could draw the same order.
+        runs = [score_group(trajectories, rubric, judge, seed=seed * 1000 + k * 2, reverse=reverse,
+                            max_retries=max_retries, use_cache=False, max_tokens=judge_max_tokens, metrics=metrics)
+                for reverse in (False, True)]
+        failed += any(run[0].failed for run in runs)
         if runs[0][0].failed:
             continue
         scores = [s.score for s in runs[0]]
@@ -796,18 +816,18 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, group_size: int = 4,
         agree, pairs = agree + a, pairs + p
         if len(set(rewards)) > 1 and len(set(scores)) > 1:
             taus.append(float(kendalltau(scores, rewards).statistic))
-        if not runs[1][0].failed:
+        if not runs[1][0].failed and len({render_messages(t.messages) for t in trajectories}) > 1:
             moved += sum(abs(x.score - y.score) > 0.01 for x, y in zip(runs[0], runs[1]))
             compared += len(trajectories)
-    calls_per_group = 2  # each group judged in two orders
+    n, judgings = max(1, len(groups)), max(1, metrics.groups)
     return {
         "env": env_name, "judge": judge.name, "groups": len(groups), "group_size": group_size,
         "expert_per_group": n_expert, "mean_verifier_reward": sum(reward_mean) / max(1, len(reward_mean)),
         "pairwise_accuracy": agree / pairs if pairs else math.nan, "pairs": pairs,
         "kendall_tau": sum(taus) / len(taus) if taus else math.nan, "tau_groups": len(taus),
         "position_bias_rate": moved / compared if compared else math.nan,
-        "failure_rate": metrics.failed_groups / max(1, metrics.groups),
-        "tokens_per_group": metrics.tokens / max(1, metrics.groups),
-        "seconds_per_group": metrics.seconds / max(1, metrics.groups),
-        "judgings_per_group": calls_per_group, "calls": metrics.calls, "last_errors": metrics.errors[-3:],
+        "failure_rate": failed / n, "tokens_per_group": metrics.tokens / n, "seconds_per_group": metrics.seconds / n,
+        "failed_judgings_rate": metrics.failed_groups / judgings, "tokens_per_judging": metrics.tokens / judgings,
+        "seconds_per_judging": metrics.seconds / judgings,
+        "judgings_per_group": 2, "calls": metrics.calls, "last_errors": metrics.errors[-3:],
     }

@@ -24,11 +24,13 @@ from course_lib.judge import (
     OpenAIJudge,
     extract_json,
     group_prompt,
+    judge_agreement,
     parse_scores,
     render_messages,
     score_group,
     score_turns,
 )
+from course_lib.trajectory import Trajectory
 
 
 class ScriptedJudge:
@@ -241,6 +243,81 @@ def test_score_turns_one_score_per_turn_and_failure_flag():
     metrics = JudgeMetrics()
     failed = score_turns(trajectory, judge=ScriptedJudge(lambda m, c: "[]"), max_retries=1, metrics=metrics)
     assert failed.failed and len(failed) == 2 and metrics.failed_turn_calls == 1
+
+
+class ScriptedLogprobJudge:
+    """A real logprob-mode backend: answers P(yes) = 0.7 and keeps every prompt it is shown."""
+
+    name, mode = "scripted-logprob", "logprob"
+
+    def __init__(self):
+        self.prompts: list[list[dict[str, str]]] = []
+        self.tokens_used = 0
+
+    def yes_probability(self, messages):
+        self.prompts.append(messages)
+        return 0.7
+
+
+def test_logprob_judge_is_shown_the_rubric():
+    """The rubric is part of the cache key, so the judge must read it: the system message of every question."""
+    rubric = "Only an answer written in French counts as a success."
+    judge = ScriptedLogprobJudge()
+    scores = score_group([conv("Paris"), conv("Rome")], rubric, judge, use_cache=False)
+    turns = score_turns(conv("Paris"), rubric, judge)
+    assert [s.score for s in scores] == [0.7, 0.7] and list(turns) == [0.7] and len(judge.prompts) == 3
+    for prompt in judge.prompts:
+        assert prompt[0] == {"role": "system", "content": rubric}
+        assert prompt[-1]["content"].endswith("Answer yes or no.")
+
+
+def verified(answers: list[str], rewards: list[float]) -> list[Trajectory]:
+    """One group with verifier rewards, as `judge_agreement` takes it."""
+    return [Trajectory(task_id="paris", group_id="paris", traj_id=str(k), messages=conv(a), prompt_ids=[], reward=r)
+            for k, (a, r) in enumerate(zip(answers, rewards))]
+
+
+def by_position(messages, _call):
+    """A purely positional judge: 1 for the trajectory it reads first, 0 for the last, whatever they say."""
+    ids = ids_in_order(messages)
+    return json.dumps([{"id": i, "explanation": "", "score": 1 - k / (len(ids) - 1)} for k, i in enumerate(ids)])
+
+
+def test_judge_agreement_second_judging_reads_the_reversed_order():
+    """Two distinct trajectories have two orders only: two seeds often draw the same one, the reversed
+    order never does. A group of identical trajectories has a single order and is not compared."""
+    groups = [verified(["Paris", "Rome"], [1.0, 0.0]) for _ in range(8)] + [verified(["Paris"] * 2, [1.0, 1.0])]
+    judge = ScriptedJudge(by_position)
+    r = judge_agreement("search_qa", judge, len(groups), group_size=2, groups=groups, max_retries=0)
+    assert len(judge.calls) == 16  # the identical group makes no call
+    for first, second in zip(judge.calls[::2], judge.calls[1::2]):
+        assert ids_in_order(second) == ids_in_order(first)[::-1]
+    assert r["position_bias_rate"] == 1.0  # every score moves; the identical group is not in the denominator
+
+
+def test_reversed_order_has_its_own_cache_entry(tmp_path):
+    group = [conv("Paris"), conv("Rome")]
+    forward, backward = ScriptedJudge(by_position), ScriptedJudge(by_position)
+    a = score_group(group, judge=forward, cache_dir=tmp_path)
+    b = score_group(group, judge=backward, cache_dir=tmp_path, reverse=True)
+    assert len(backward.calls) == 1 and [s.score for s in b] == [s.score for s in a][::-1]
+    assert len(list(tmp_path.glob("*.json"))) == 2
+
+
+@pytest.mark.parametrize("failing", [1, 0], ids=["first judging fails", "second judging fails"])
+def test_judge_agreement_counts_failures_and_cost_per_group_and_per_judging(failing):
+    """A group with one failed judging of its two is a failed group, though half of the judgings succeeded;
+    the cost per group is that of both judgings."""
+    def one_judging_fails(messages, call):
+        return "no JSON here" if call % 2 == failing else rate_paris(messages, call)
+
+    groups = [verified(["Paris", "Rome"], [1.0, 0.0]) for _ in range(3)]
+    judge = ScriptedJudge(one_judging_fails)
+    r = judge_agreement("search_qa", judge, len(groups), group_size=2, groups=groups, max_retries=0)
+    assert len(judge.calls) == 6
+    assert r["failure_rate"] == 1.0 and r["failed_judgings_rate"] == 0.5
+    assert r["tokens_per_group"] == judge.tokens_used / 3 == pytest.approx(2 * r["tokens_per_judging"])
+    assert r["seconds_per_group"] == pytest.approx(2 * r["seconds_per_judging"]) and r["seconds_per_group"] > 0
 
 
 # ----- real HTTP endpoints ------------------------------------------------------------------------------

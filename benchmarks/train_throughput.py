@@ -8,7 +8,8 @@ output layer only for the positions that predict a model token (the update skips
 
 On CPU it then profiles one bf16 update and prints the time spent in the matrix products alone: the
 fraction of peak the run would reach if everything else (attention softmax, norms, casts, AdamW)
-took no time, an upper bound for this model at this batch on this machine.
+took no time, an upper bound for this model at this batch on this machine; and the speed of the decoder
+block's linear products run alone (forward, input gradient, weight gradient) at the micro-batch's row count.
 
     python benchmarks/train_throughput.py [--demos 24] [--token-budget 2048] [--threads 2] [--device cuda]
 
@@ -47,6 +48,36 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, repeats: int = 5) -> f
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def linear_product_speeds(model, tokens: int, dtype: torch.dtype) -> dict[str, float]:
+    """FLOP/s of the three products of every linear layer of one decoder block, standalone, at `tokens` rows.
+
+    For y = x Wᵀ (x: tokens × in, W: out × in) the update runs the forward product, the input gradient
+    g W and the weight gradient gᵀ x; each is 2 · tokens · in · out FLOP. Returns the speed of each kind over
+    the block's layers (time-weighted), and of all three together: the best the update could do if
+    nothing but these products took time.
+    """
+    block = model.model.layers[0]
+    seconds = {"forward": 0.0, "input gradient": 0.0, "weight gradient": 0.0}
+    flops = 0
+    for layer in (m for m in block.modules() if isinstance(m, torch.nn.Linear)):
+        out_features, in_features = layer.weight.shape
+        x, w = torch.randn(tokens, in_features).to(dtype), torch.randn(out_features, in_features).to(dtype)
+        g = torch.randn(tokens, out_features).to(dtype)
+        for kind, a, b in (("forward", x, w.t()), ("input gradient", g, w), ("weight gradient", g.t(), x)):
+            a @ b  # warm-up
+            seconds[kind] += min(_timed(torch.matmul, a, b) for _ in range(5))
+        flops += 2 * tokens * in_features * out_features
+    speeds = {kind: flops / s for kind, s in seconds.items()}
+    speeds["all three"] = 3 * flops / sum(seconds.values())
+    return speeds
+
+
+def _timed(fn, *args) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
 
 
 def matmul_seconds(model, demos, advantages, config: TrainConfig, autocast_dtype) -> tuple[float, float]:
@@ -127,6 +158,9 @@ def main() -> None:
         mm, total = matmul_seconds(model, demos, random_advantages(demos), config, torch.bfloat16)
         print(f"profiled bf16 update: {mm:.1f} s of {total:.1f} s in matrix products (mm, bmm); "
               f"with no time outside them it would reach {100 * flops / mm / peak:.0f}% of the bf16 peak")
+        speeds = linear_product_speeds(model, args.token_budget, torch.bfloat16)
+        print(f"the block's linear products alone, bf16, {args.token_budget} rows, as a share of the bf16 peak: "
+              + ", ".join(f"{kind} {100 * speed / peak:.0f}%" for kind, speed in speeds.items()))
 
 
 if __name__ == "__main__":

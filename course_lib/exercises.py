@@ -19,7 +19,9 @@ def check_count_prompt_tokens(fn, tokenizer) -> None:
     got = fn(tokenizer, messages)
     if got != expected:
         raise ExerciseFailed(f"got {got} tokens, expected {expected}. Did you render with the chat template "
-                             "(apply_chat_template) and include the generation prompt?")
+                             "(apply_chat_template) and include the generation prompt? With tokenize=True, recent "
+                             "transformers return a dict-like BatchEncoding (its len is the number of fields): "
+                             "count its ['input_ids'].")
     _ok(f"{expected} tokens, including the template's role markers.")
 
 

@@ -34,7 +34,12 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, repeats: int = 5) -> f
     """FLOP/s of the best of `repeats` n×n @ n×n matmuls (2n³ FLOP each; n = 2048 on CPU, 8192 on GPU)."""
     n = 8192 if device.type == "cuda" else 2048
     a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
-    a @ b  # warm-up
+    return 2 * n**3 / best_matmul_seconds(a, b, device, repeats)
+
+
+def best_matmul_seconds(a: torch.Tensor, b: torch.Tensor, device: torch.device, repeats: int = 5) -> float:
+    """The shortest wall time of `a @ b` over `repeats` runs, after one warm-up run."""
+    a @ b
     best = float("inf")
     for _ in range(repeats):
         _sync(device)
@@ -42,7 +47,7 @@ def matmul_peak(dtype: torch.dtype, device: torch.device, repeats: int = 5) -> f
         a @ b
         _sync(device)
         best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
+    return best
 
 
 def _sync(device: torch.device) -> None:
@@ -66,18 +71,11 @@ def linear_product_speeds(model, tokens: int, dtype: torch.dtype) -> dict[str, f
         x, w = torch.randn(tokens, in_features).to(dtype), torch.randn(out_features, in_features).to(dtype)
         g = torch.randn(tokens, out_features).to(dtype)
         for kind, a, b in (("forward", x, w.t()), ("input gradient", g, w), ("weight gradient", g.t(), x)):
-            a @ b  # warm-up
-            seconds[kind] += min(_timed(torch.matmul, a, b) for _ in range(5))
+            seconds[kind] += best_matmul_seconds(a, b, torch.device("cpu"))
         flops += 2 * tokens * in_features * out_features
     speeds = {kind: flops / s for kind, s in seconds.items()}
     speeds["all three"] = 3 * flops / sum(seconds.values())
     return speeds
-
-
-def _timed(fn, *args) -> float:
-    t0 = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t0
 
 
 def matmul_seconds(model, demos, advantages, config: TrainConfig, autocast_dtype) -> tuple[float, float]:

@@ -1,0 +1,241 @@
+"""A controlled companion to the LLM runs of notebooks 06 to 08: the same credit functions driving a
+table of logits on the same gridworld.
+
+An LLM run on a 2-core CPU affords a handful of seeds; a mechanism of credit assignment (does GiGPO's
+step grouping shorten paths? does a process reward speed learning up, or mislead it? does a critic cut
+the variance of the advantages?) is easier to see over twenty seeds. Here the policy is a softmax
+over the four moves with one row of logits per state, π(a | s) = softmax(θ_s)_a, where the state s is
+the environment's own anchor string (`GridWorldEnv.state_key()`). Episodes run in the real
+`GridWorldEnv`, their advantages come from `course_lib.credit`, and the update is the tabular policy
+gradient
+
+    θ_s ← θ_s + (lr / n_episodes) · Σ_{rows at s} A_row · (onehot(a_row) − π(· | s)),
+
+which is what `policy_loss` does to a model's logits, without the model. A run takes seconds, so the
+functions below are called with many seeds from notebooks and from `benchmarks/tabular_credit.py`.
+The table cannot generalise to maps it never saw, so everything here is measured on the maps it
+trains on: it shows a mechanism, never a held-out result.
+
+    run_episode        one episode of a table policy in the real environment
+    train_table        updates of one credit method on a set of maps; per-update metrics
+    process_rewards    per-move shaping: +0.1 closer to the goal, −0.1 farther (by path or by straight line)
+    paired_test        mean difference, its 95% interval and p-value over seeds (paired t-test)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from course_lib.credit import gae, gigpo_advantages, outcome_advantages, turn_advantages
+from course_lib.envs.gridworld import MOVES, GridWorldEnv, distances_to
+from course_lib.protocol import format_tool_call
+
+DIRECTIONS = tuple(MOVES)  # up, down, left, right: column k of a row of logits is DIRECTIONS[k]
+_ACTION_TEXT = {d: format_tool_call("move", {"direction": d}) for d in DIRECTIONS}
+METHODS = ("outcome", "gigpo", "turn", "critic", "reinforce")
+
+
+@dataclass
+class Episode:
+    """One finished episode: the anchor state before each move, the move taken, the cell after it."""
+
+    task_id: str
+    states: list[str] = field(default_factory=list)
+    actions: list[int] = field(default_factory=list)
+    cells: list[tuple[int, int]] = field(default_factory=list)  # cells[0] is the start, then one per move
+    reward: float = 0.0
+
+    @property
+    def moves(self) -> int:
+        return len(self.actions)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """π = exp(θ − max θ) / Σ exp(θ − max θ), along the last axis."""
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+def run_episode(env: GridWorldEnv, task: dict[str, Any], table: dict[str, np.ndarray],
+                rng: np.random.Generator) -> Episode:
+    """Sample moves from π(· | s) = softmax(table[s]) until the episode ends (goal, hole or turn limit).
+
+    Unseen states start at logits 0 (uniform). The moves go through `env.step` as the model's tool calls
+    would, so the environment's rules, its turn limit and its verifier are the ones the LLM meets.
+    """
+    env.reset(task)
+    state = env.state_key()
+    episode = Episode(task["id"], cells=[tuple(task["start"])])
+    while True:
+        probs = softmax(table.setdefault(state, np.zeros(len(DIRECTIONS))))
+        action = int(rng.choice(len(DIRECTIONS), p=probs))
+        episode.states.append(state)
+        episode.actions.append(action)
+        result = env.step(_ACTION_TEXT[DIRECTIONS[action]])
+        episode.cells.append(env.position)
+        if result.done:
+            episode.reward = result.reward
+            return episode
+        state = env.state_key()
+
+
+def process_rewards(episode: Episode, task: dict[str, Any], *, by: str = "path", size: float = 0.1) -> list[float]:
+    """One shaping reward per move: +size if the move brought the agent closer to the goal, −size if
+    farther, 0 if neither (a bump into the wall).
+
+    by="path": distance = fewest moves around the holes (`distances_to`); aligned with the task, since
+    a move that lowers it is a move of some shortest path. by="line": distance = |Δrow| + |Δcol|, which
+    ignores the holes; it is misaligned: it can pay a step toward the goal that walks into a hole.
+    Stepping into a hole counts as "farther" with by="path" (the hole has no path distance).
+    """
+    goal = tuple(task["goal"])
+    if by == "path":
+        dist = distances_to(task["grid"], goal)
+        far = max(dist.values()) + 1
+
+        def distance(cell: tuple[int, int]) -> float:
+            return dist.get(cell, far)
+    elif by == "line":
+        def distance(cell: tuple[int, int]) -> float:
+            return abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
+    else:
+        raise ValueError(f"by must be 'path' or 'line', got {by!r}")
+    rewards = []
+    for before, after in zip(episode.cells, episode.cells[1:]):
+        change = distance(before) - distance(after)
+        rewards.append(size * float(np.sign(change)))
+    return rewards
+
+
+def _rows(episodes: Sequence[Episode]) -> tuple[list[Hashable], list[int]]:
+    """Group id (the task) and trajectory id of every move row, episodes concatenated in order."""
+    groups, trajs = [], []
+    for i, ep in enumerate(episodes):
+        groups += [ep.task_id] * ep.moves
+        trajs += [i] * ep.moves
+    return groups, trajs
+
+
+def row_advantages(method: str, episodes: Sequence[Episode], tasks: dict[str, dict[str, Any]], *,
+                   gamma: float = 0.95, values: dict[str, float] | None = None,
+                   process: str = "path", weight: float = 0.5) -> np.ndarray:
+    """One advantage per move row, from `course_lib.credit`:
+
+    outcome    A = outcome_advantages(R) on every move of the episode (GRPO)
+    gigpo      gigpo_advantages(step rewards, anchors = states, γ)  (the reward sits on the last move)
+    turn       turn_advantages(process rewards, R, weight)
+    critic     gae(rewards, V(s), γ, λ=1) per episode: A_t = discounted return − V(s_t)
+    reinforce  the discounted return of each move, with no baseline at all
+    """
+    groups, trajs = _rows(episodes)
+    outcomes = [ep.reward for ep in episodes]
+    if method == "outcome":
+        per_episode = outcome_advantages(outcomes, [ep.task_id for ep in episodes]).numpy()
+        return np.repeat(per_episode, [ep.moves for ep in episodes])
+    step_rewards = [r for ep in episodes for r in [0.0] * (ep.moves - 1) + [ep.reward]]
+    if method == "gigpo":
+        anchors = [s for ep in episodes for s in ep.states]
+        return gigpo_advantages(step_rewards, anchors, groups, trajs, gamma=gamma).numpy()
+    if method == "turn":
+        shaped = [r for ep in episodes for r in process_rewards(ep, tasks[ep.task_id], by=process)]
+        outcome_rows = [ep.reward for ep in episodes for _ in ep.actions]
+        return turn_advantages(shaped, outcome_rows, groups, trajs, weight=weight).numpy()
+    if method in ("critic", "reinforce"):
+        out = []
+        for ep in episodes:
+            v = [(values or {}).get(s, 0.0) if method == "critic" else 0.0 for s in ep.states]
+            adv, _ = gae([0.0] * (ep.moves - 1) + [ep.reward], v, gamma=gamma, lam=1.0)
+            out.append(adv.numpy())
+        return np.concatenate(out)
+    raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+
+
+def _policy_gradient_step(table: dict[str, np.ndarray], episodes: Sequence[Episode], advantages: np.ndarray,
+                          lr: float) -> None:
+    """θ_s += lr/n · Σ A · (onehot(a) − π(·|s)), with π taken before the update (one on-policy step)."""
+    grads: dict[str, np.ndarray] = {}
+    rows = ((s, a) for ep in episodes for s, a in zip(ep.states, ep.actions))
+    for (state, action), adv in zip(rows, advantages):
+        g = grads.setdefault(state, np.zeros(len(DIRECTIONS)))
+        onehot = np.zeros(len(DIRECTIONS))
+        onehot[action] = 1.0
+        g += adv * (onehot - softmax(table[state]))
+    for state, g in grads.items():
+        table[state] += lr * g / len(episodes)
+
+
+def _fit_values(values: dict[str, float], episodes: Sequence[Episode], gamma: float, lr: float) -> None:
+    """V(s) ← V(s) + lr · (G_t − V(s)) for every visit: a tabular critic regressed on Monte Carlo returns."""
+    for ep in episodes:
+        g = 0.0
+        for t in reversed(range(ep.moves)):
+            g = (ep.reward if t == ep.moves - 1 else 0.0) + gamma * g
+            v = values.get(ep.states[t], 0.0)
+            values[ep.states[t]] = v + lr * (g - v)
+
+
+def train_table(method: str, tasks: Sequence[dict[str, Any]], *, seed: int, updates: int = 60, group_size: int = 8,
+                lr: float = 8.0, gamma: float = 0.95, process: str = "path", weight: float = 0.5,
+                value_lr: float = 0.1) -> list[dict[str, float]]:
+    """Train one table from uniform logits with `method` for `updates` updates; one row of metrics per update.
+
+    Each update samples `group_size` episodes per task (the tasks are the maps), computes the
+    advantages of every move with `row_advantages` and takes one policy-gradient step. With the critic,
+    V is fitted after the step on the same episodes. The metrics of update k describe the episodes
+    sampled with the table as it was before update k: success rate, mean moves of the successful
+    episodes (NaN when none), the variance of the advantages, and the share of move rows whose
+    advantage is 0 (no signal).
+    """
+    rng = np.random.default_rng(seed)
+    env = GridWorldEnv()
+    by_id = {t["id"]: t for t in tasks}
+    table: dict[str, np.ndarray] = {}
+    values: dict[str, float] = {}
+    history = []
+    for update in range(updates):
+        episodes = [run_episode(env, task, table, rng) for task in tasks for _ in range(group_size)]
+        adv = row_advantages(method, episodes, by_id, gamma=gamma, values=values, process=process, weight=weight)
+        wins = [ep.moves for ep in episodes if ep.reward > 0]
+        history.append({"update": update, "success": len(wins) / len(episodes),
+                        "moves_when_solved": float(np.mean(wins)) if wins else math.nan,
+                        "advantage_var": float(np.var(adv)), "zero_share": float(np.mean(np.abs(adv) < 1e-9))})
+        _policy_gradient_step(table, episodes, adv, lr)
+        if method == "critic":
+            _fit_values(values, episodes, gamma, value_lr)
+    return history
+
+
+def pick_maps(tasks: Sequence[dict[str, Any]], size: int, n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """`n` maps of side `size` drawn (seeded) from `tasks`."""
+    same = [t for t in tasks if t["size"] == size]
+    if len(same) < n:
+        raise ValueError(f"only {len(same)} maps of size {size}; asked for {n}")
+    return random.Random(seed).sample(same, n)
+
+
+def paired_test(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Paired comparison over seeds: d_i = a_i − b_i; mean d, its 95% t interval, and the two-sided
+    p-value of the paired t-test (H0: mean d = 0). NaN pairs are dropped."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    keep = ~np.isnan(a - b)
+    a, b = a[keep], b[keep]
+    d, n = a - b, int(keep.sum())
+    if n < 2:
+        raise ValueError("a paired test needs at least two seeds with both values")
+    mean, sem = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    half = float(stats.t.ppf(0.975, n - 1)) * sem
+    p = float(stats.ttest_rel(a, b).pvalue) if sem > 0 else (1.0 if mean == 0 else 0.0)
+    return {"mean_diff": mean, "low": mean - half, "high": mean + half, "p": p, "n": n}
+
+
+def window_mean(history: Sequence[dict[str, float]], key: str, start: int, stop: int | None = None) -> float:
+    """Mean of `key` over updates [start, stop), ignoring NaN (for "success over updates 151-200")."""
+    vals = np.array([row[key] for row in history[start:stop]], float)
+    return float(np.nanmean(vals)) if np.any(~np.isnan(vals)) else math.nan

@@ -2,16 +2,34 @@
 
 An environment is a class with `reset`, `step`, `state_key`, `score` and `close`. The model's raw
 text goes into `step`; the protocol parses it; a malformed action or a failing tool comes back as an
-observation, never as an exception. A turn limit ends every episode.
+observation, never as an exception, and no observation is longer than `OBSERVATION_LIMIT`
+characters. A verifier that fails gives reward 0 with a note in `info["score_error"]`: one broken
+episode never stops a batch. A turn limit ends every episode.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import functools
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from course_lib.protocol import Action, Tool, parse_action, render_system_prompt
+from course_lib.protocol import Action, Tool, parse_action, quoted, render_system_prompt
+
+OBSERVATION_LIMIT = 20_000  # characters of one observation; the rest is cut with a note
+_NOTE_LIMIT = 300  # characters of an exception's text echoed in an observation or a note
+
+
+def cap(text: str, limit: int = OBSERVATION_LIMIT) -> str:
+    """`text` cut to `limit` characters, with a note that says how long it was."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... cut: {len(text)} characters in all]"
+
+
+def exception_note(exc: BaseException) -> str:
+    """`Type: message` of an exception, the message cut to a few hundred characters (it may echo a huge path)."""
+    return f"{type(exc).__name__}: {cap(str(exc), _NOTE_LIMIT)}"
 
 
 @dataclass
@@ -26,19 +44,44 @@ class ToolError(Exception):
     """Raised by a tool for a problem the model caused; its message becomes the observation."""
 
 
+def guarded_score(score: Callable[[Any], float]) -> Callable[[Any], float]:
+    """`score`, made safe: an exception (or a result that is not a number) gives 0.0 and a note in
+    `info["score_error"]`. Every subclass's `score` is wrapped so (`Environment.__init_subclass__`),
+    whoever calls it: `step`, the rollout at a context limit, the TRL adapter."""
+    if getattr(score, "guarded", False):
+        return score
+
+    @functools.wraps(score)
+    def safe(self: Environment) -> float:
+        try:
+            return float(score(self))
+        except Exception as exc:  # e.g. what the agent left behind broke the verifier
+            self.info["score_error"] = f"scoring failed, reward 0: {exception_note(exc)}"
+            return 0.0
+
+    safe.guarded = True  # type: ignore[attr-defined]
+    return safe
+
+
 class Environment:
     """Base class. Subclasses set `name`, `tools`, `instructions` and implement:
 
     * `setup(task) -> str`: build the episode's state, return the first user message;
     * `call_tool(name, arguments) -> str`: run one tool, return its output (raise ToolError for
       a problem the model caused);
-    * `score() -> float`: the verifier, called once when the episode ends;
+    * `score() -> float`: the verifier, called once when the episode ends (wrapped by
+      `guarded_score`: if it raises, the reward is 0 and `info["score_error"]` says why);
     * `expert_action() -> str`: the next action text of a policy that solves the task.
     """
 
     name: str = "base"
     tools: list[Tool] = []
     instructions: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "score" in cls.__dict__:  # a verifier that raises must not end a whole batch of episodes
+            cls.score = guarded_score(cls.__dict__["score"])
 
     def __init__(self, max_turns: int = 8):
         self.max_turns = max_turns
@@ -76,7 +119,7 @@ class Environment:
         if action.kind == "answer":
             self.final_answer = action.answer
             return self._finish("", info)
-        observation = self._observe(action)
+        observation = cap(self._observe(action))
         if action.kind == "malformed":
             info["error"] = action.error
         self.last_observation = observation
@@ -93,11 +136,12 @@ class Environment:
         except ToolError as exc:
             return f"Error: {exc}"
         except Exception as exc:  # a tool bug must not crash the rollout
-            return f"Error: the tool {action.name!r} failed ({type(exc).__name__}: {exc})"
+            return f"Error: the tool {quoted(action.name)} failed ({exception_note(exc)})"
 
     def _finish(self, observation: str, info: dict[str, Any]) -> StepResult:
+        """End the episode and score it (`score` never raises: see `guarded_score`)."""
         self.done = True
-        reward = float(self.score())
+        reward = self.score()
         info.update(self.info)
         return StepResult(observation, True, reward, info)
 

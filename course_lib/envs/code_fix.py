@@ -44,6 +44,7 @@ import random
 import re
 import stat
 import sys
+import tempfile
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,8 +60,9 @@ from course_lib.envs.sandbox import (
     owned_workdir,
     remove_workdir,
     run_sandboxed,
+    walk_tree,
 )
-from course_lib.protocol import Tool, format_answer, format_tool_call
+from course_lib.protocol import Tool, format_answer, format_tool_call, quoted
 
 N_TRAIN, N_TEST = 200, 50
 VISIBLE_TESTS = "tests/test_visible.py"
@@ -804,36 +806,48 @@ sys.stdout.write("\\n" + json.dumps(results) + "\\n")
 """
 
 
+_HARNESS_LINE_LIMIT = 100_000  # characters of the harness's result line; longer is a failure
+_REPR_LIMIT = 10_000  # characters of one returned value's repr
+
+
 def check_hidden_calls(output: str, calls: list[HiddenCall]) -> bool:
     """Whether the harness's output (its last line: one result per call) matches every expectation.
 
     The expected values are evaluated here, on the host, from the task's own test file; returned values
     come back as reprs and are read with `ast.literal_eval` (no code from the sandbox runs here).
+    What the agent's code prints is bounded before it is parsed (length, and nesting through
+    RecursionError), and any value that cannot be read or compared is a mismatch, never an exception.
     """
-    import pytest  # pytest.approx, as the tests use it
-
     lines = output.strip().splitlines()
+    if not lines or len(lines[-1]) > _HARNESS_LINE_LIMIT:
+        return False
     try:
-        results = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
+        results = json.loads(lines[-1])
+    except (ValueError, RecursionError):  # JSONDecodeError, a 5,000-digit number, [[[[...]]]]
         return False
     if not isinstance(results, list) or len(results) != len(calls):
         return False
-    for call, result in zip(calls, results):
-        if not isinstance(result, dict):
-            return False
-        if call.op == "raises":
-            if result.get("raises") != "ValueError" or not re.search(call.expected, str(result.get("message", ""))):
-                return False
-            continue
-        try:
-            value = ast.literal_eval(result["value"])
-        except (KeyError, ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return False
+    return all(isinstance(result, dict) and _call_matches(call, result) for call, result in zip(calls, results))
+
+
+def _call_matches(call: HiddenCall, result: dict[str, Any]) -> bool:
+    """One harness result against its hidden call; False for anything unreadable or incomparable."""
+    import pytest  # pytest.approx, as the tests use it
+
+    if call.op == "raises":
+        message = result.get("message", "")
+        return (result.get("raises") == "ValueError" and isinstance(message, str) and len(message) <= _REPR_LIMIT
+                and re.search(call.expected, message) is not None)
+    text = result.get("value")
+    if not isinstance(text, str) or len(text) > _REPR_LIMIT:
+        return False
+    try:
+        value = ast.literal_eval(text)
         expected = eval(call.expected, {"pytest": pytest})  # the task's own text, never the agent's
-        if not (value is expected if call.op == "is" else bool(value == expected)):
-            return False
-    return True
+        # pytest.approx turns an int into a float: 2**1100 overflows, which is a mismatch too.
+        return value is expected if call.op == "is" else bool(value == expected)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, OverflowError, ArithmeticError):
+        return False
 
 
 def pytest_counts(output: str) -> tuple[int, int]:
@@ -845,21 +859,52 @@ def pytest_counts(output: str) -> tuple[int, int]:
     return passed, failed
 
 
-def repo_files(root: Path) -> dict[str, bytes | None]:
-    """Every file under `root` (relative path -> bytes), without following links.
+_CACHES = ("__pycache__", ".pytest_cache")  # skipped: grading never copies them
+_LISTING_LIMIT = 200  # files named in a listing; the rest are counted
 
-    A link or any other non-regular file maps to None, so it always counts as a change. Python's
-    and pytest's caches are skipped: grading never copies them.
+
+def repo_sizes(root: Path) -> dict[str, int | None]:
+    """Every file under `root` (relative path -> size in bytes), sorted, without following links.
+
+    A link, any other non-regular file, or a directory that cannot be read maps to None, so it
+    always counts as a change. Only `lstat`: no file is read, however large (walked without
+    recursion, at most `MAX_ENTRIES` entries). Python's and pytest's caches are skipped.
     """
-    found: dict[str, bytes | None] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in ("__pycache__", ".pytest_cache"))
-        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            st = os.lstat(full)
-            found[rel] = Path(full).read_bytes() if stat.S_ISREG(st.st_mode) else None
-    return found
+    found: dict[str, int | None] = {}
+    for rel, st in walk_tree(root, skip=_CACHES):
+        if st is None or stat.S_ISLNK(st.st_mode):
+            found[rel] = None
+        elif not stat.S_ISDIR(st.st_mode):
+            found[rel] = st.st_size if stat.S_ISREG(st.st_mode) else None
+    return dict(sorted(found.items()))
+
+
+def repo_files(root: Path, max_bytes: int = 1_000_000) -> dict[str, bytes | None]:
+    """Every file under `root` (relative path -> bytes), as `repo_sizes` finds them.
+
+    A file larger than `max_bytes` is not read and maps to None, like a link: a change.
+    """
+    return {rel: _read_small(Path(root) / rel, max_bytes) if size is not None and size <= max_bytes else None
+            for rel, size in repo_sizes(root).items()}
+
+
+def _read_small(path: Path, max_bytes: int) -> bytes | None:
+    """The bytes of a regular file of at most `max_bytes`, or None (gone, grown, replaced by a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = f.read(max_bytes + 1)
+    return data if len(data) <= max_bytes else None
+
+
+def listing(paths: list[str], limit: int = _LISTING_LIMIT) -> str:
+    """One path per line, at most `limit` of them, then a count of the rest."""
+    shown = "\n".join(paths[:limit])
+    return shown if len(paths) <= limit else f"{shown}\n[... and {len(paths) - limit} more files]"
 
 
 # No cache provider (and the sandbox writes no bytecode): running the tests must not add files to
@@ -868,7 +913,28 @@ PYTEST = ["-m", "pytest", "-q", "-p", "no:cacheprovider"]
 # No third-party plugins: the course's venv has heavy ones (nbval loads Jupyter) that made a run
 # take seconds instead of half a second, and grading should not depend on what is installed.
 _PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-_READ_LIMIT = 20_000
+_READ_LIMIT = 16_000  # characters of a file shown by read_file (below the observation cap)
+_EDIT_LIMIT = 1_000_000  # bytes: larger files are not edited, nor read for grading
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    """Replace `target`'s content with `data`: a temporary file in the same directory, then a rename.
+
+    A write that fails (a full disk) leaves the original untouched. Mode and owner are kept.
+    """
+    st = target.stat()
+    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(temp, stat.S_IMODE(st.st_mode))
+        with contextlib.suppress(PermissionError):  # only root can give the file back to the sandbox user
+            os.chown(temp, st.st_uid, st.st_gid)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 class CodeFixEnv(Environment):
@@ -902,7 +968,7 @@ class CodeFixEnv(Environment):
 
     # ----- episode ----------------------------------------------------------------------------------
     def setup(self, task: dict[str, Any]) -> str:
-        self.workdir, self._remove_workdir = owned_workdir(self, "code-fix-")
+        self.workdir, self._remove_workdir = owned_workdir(self, "code-fix-", self.limits.disk_mb)
         for path, content in task["files"].items():
             target = self.workdir / path
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -920,12 +986,15 @@ class CodeFixEnv(Environment):
     # ----- tools ------------------------------------------------------------------------------------
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         if name == "list_files":
-            return "\n".join(repo_files(self.workdir))
+            return listing(list(repo_sizes(self.workdir)))
         if name == "read_file":
             path, target = self._resolve(arguments["path"])
-            text = target.read_text(errors="replace")
-            if len(text) > _READ_LIMIT:
-                text = text[:_READ_LIMIT] + f"\n[... cut: the file has {len(text)} characters]"
+            with target.open("rb") as f:  # never more than the limit in memory
+                head = f.read(4 * _READ_LIMIT)
+            text = head.decode(errors="replace")
+            size = target.stat().st_size
+            if len(text) > _READ_LIMIT or size > len(head):
+                text = text[:_READ_LIMIT] + f"\n[... cut: the file has {size} bytes]"
             return text
         if name == "replace_in_file":
             return self._replace(arguments["path"], arguments["old"], arguments["new"])
@@ -938,14 +1007,21 @@ class CodeFixEnv(Environment):
         if not path.strip():
             raise ToolError("the path is empty; give a path relative to the repository root")
         root = self.workdir.resolve()
-        target = (root / path.strip()).resolve()  # resolve() follows "..", absolute paths and links
         example = self.task["allowed_files"][0]
+        try:
+            target = (root / path.strip()).resolve()  # resolve() follows "..", absolute paths and links
+            is_file = target.is_file()
+        except OSError as exc:  # a name too long, a link loop
+            raise ToolError(f"path {quoted(path)} cannot be used ({exc.strerror}); use a path relative to the "
+                            f"repository root, such as {quoted(example)}") from None
         if not target.is_relative_to(root) or target == root:
-            raise ToolError(f"path {path!r} is outside the repository; use a path relative to the "
-                            f"repository root, such as {example!r}")
+            raise ToolError(f"path {quoted(path)} is outside the repository; use a path relative to the "
+                            f"repository root, such as {quoted(example)}")
         rel = target.relative_to(root).as_posix()
-        if not target.is_file():
-            raise ToolError(f"there is no file {rel!r}; the files are: {', '.join(repo_files(root))}")
+        if not is_file:
+            files = list(repo_sizes(root))
+            shown = ", ".join(files[:20]) + (f", ... ({len(files)} files)" if len(files) > 20 else "")
+            raise ToolError(f"there is no file {quoted(rel)}; the files are: {shown}")
         return rel, target
 
     def _replace(self, path: str, old: str, new: str) -> str:
@@ -957,7 +1033,9 @@ class CodeFixEnv(Environment):
             raise ToolError(f"{rel} cannot be edited; the files you may edit are: {', '.join(allowed)}")
         if not old:
             raise ToolError("'old' is empty; give the exact text to replace")
-        text = target.read_text()
+        if target.stat().st_size > _EDIT_LIMIT:
+            raise ToolError(f"{rel} is larger than {_EDIT_LIMIT} bytes; it cannot be edited with replace_in_file")
+        text = target.read_text(errors="surrogateescape")
         found = text.count(old)
         if found == 0:
             raise ToolError(f"the text to replace was not found in {rel}; read_file it and copy the exact text, "
@@ -965,7 +1043,12 @@ class CodeFixEnv(Environment):
         if found > 1:
             raise ToolError(f"the text to replace occurs {found} times in {rel}; include more surrounding lines "
                             "so that it occurs once")
-        target.write_text(text.replace(old, new))
+        try:
+            data = text.replace(old, new).encode(errors="surrogateescape")
+        except UnicodeEncodeError as exc:  # e.g. a lone surrogate in `new`: the file stays as it was
+            raise ToolError(f"the new text cannot be written as UTF-8 ({exc.reason} at position {exc.start}); "
+                            "the file is unchanged") from None
+        _write_atomic(target, data)
         return f"Replaced 1 occurrence in {rel} ({old.count(chr(10)) + 1} line(s) -> {new.count(chr(10)) + 1})."
 
     def _pytest(self, workdir: Path, extra: list[str]) -> SandboxResult:
@@ -973,19 +1056,28 @@ class CodeFixEnv(Environment):
 
     # ----- verifier ---------------------------------------------------------------------------------
     def score(self) -> float:
-        current = repo_files(self.workdir)
-        outside = self._check_diff(current)
+        outside = self._check_diff(repo_sizes(self.workdir))
         if outside:
             return 0.0
-        if any(current.get(path) is None for path in self.task["allowed_files"]):
-            return 0.0  # the module was deleted or replaced by a link: nothing to grade
-        return self._grade({path: current[path].decode(errors="replace") for path in self.task["allowed_files"]})
+        agent_files = {path: _read_small(self.workdir / path, _EDIT_LIMIT) for path in self.task["allowed_files"]}
+        if any(content is None for content in agent_files.values()):
+            self.info["grading"] = "an allowed file is missing, a link, or too large to grade"
+            return 0.0
+        return self._grade({path: content.decode(errors="replace") for path, content in agent_files.items()})
 
-    def _check_diff(self, current: dict[str, bytes | None]) -> list[str]:
-        """Record the changed files and whether any is outside `allowed_files`; returns those outside."""
-        original = self.task["files"]
-        changed = sorted(p for p in set(original) | set(current)
-                         if p not in original or current.get(p) != original[p].encode())
+    def _check_diff(self, sizes: dict[str, int | None]) -> list[str]:
+        """Record the changed files and whether any is outside `allowed_files`; returns those outside.
+
+        From sizes (`repo_sizes`) first: a file is read only when its size equals the original's.
+        """
+        original = {path: text.encode() for path, text in self.task["files"].items()}
+
+        def same(path: str) -> bool:
+            size = sizes.get(path)
+            return (path in original and size == len(original[path])
+                    and _read_small(self.workdir / path, size) == original[path])
+
+        changed = sorted(p for p in set(original) | set(sizes) if not same(p))
         outside = [p for p in changed if p not in self.task["allowed_files"]]
         self.info["changed_files"] = changed
         # Recorded in both variants, so that notebook 10 can count hacks where they are not stopped.
@@ -1001,7 +1093,8 @@ class CodeFixEnv(Environment):
         task = self.task
         imports, calls = hidden_calls(task["hidden_tests"][HIDDEN_TESTS])
         harness_source = Template(_HARNESS).substitute(imports="\n".join(imports), calls=repr([c.call for c in calls]))
-        grade_dir, harness_dir = make_workdir("code-fix-grade-"), make_workdir("code-fix-harness-")
+        disk = self.limits.disk_mb
+        grade_dir, harness_dir = make_workdir("code-fix-grade-", disk), make_workdir("code-fix-harness-", disk)
         try:
             _write_files(grade_dir, dict(task["files"]) | task["hidden_tests"] | agent_files)
             result = self._pytest(grade_dir, ["--tb=no"])  # short: the summary line must not be cut off
@@ -1051,7 +1144,7 @@ class NaiveCodeFixEnv(CodeFixEnv):
     )
 
     def score(self) -> float:
-        self._check_diff(repo_files(self.workdir))
+        self._check_diff(repo_sizes(self.workdir))
         result = self._pytest(self.workdir, ["--tb=no"])
         self.info["tests_passed"] = pytest_counts(result.output)[0]
         return float(result.returncode == 0 and not result.timed_out)

@@ -519,7 +519,7 @@ class DataAnalysisEnv(Environment):
         self.last_code = self.last_output = ""  # the last run's code and raw output, for the expert
 
     def setup(self, task: dict[str, Any]) -> str:
-        self.workdir, self._remove_workdir = owned_workdir(self, "data-analysis-")
+        self.workdir, self._remove_workdir = owned_workdir(self, "data-analysis-", self.limits.disk_mb)
         self.last_code = self.last_output = ""
         source = data_dir() / "data_analysis" / CSV_DIR
         lines = []

@@ -1,6 +1,6 @@
 """Run an untrusted command in a throwaway directory, with limits.
 
-Every command a model writes runs through :func:`run_sandboxed`. Two layers keep it from doing harm:
+Every command a model writes runs through :func:`run_sandboxed`. Four layers keep it from doing harm:
 
 1. **Resource limits, always.** CPU seconds, address space, file size and core dumps are set with
    ``setrlimit`` in the child before it starts; the number of processes is capped with
@@ -21,6 +21,24 @@ Every command a model writes runs through :func:`run_sandboxed`. Two layers keep
    other episode. The episode directory always appears at the same path, /workspace, so the same
    state gives the same observation in every episode (GiGPO's anchor states recur).
 
+3. **A seccomp filter, with bwrap.** Built with libseccomp (the `pyseccomp` bindings) and handed to
+   bwrap (``--seccomp FD``), it makes the calls an agent never needs fail with EPERM (see
+   `DENIED_SYSCALLS`). First the kernel keyring (``add_key``, ``keyctl``, ``request_key``): it is not
+   namespaced, so a key written in one command could be read in any other, across episodes, users
+   and the two grading runs of code_fix. Then new namespaces (``unshare``, ``setns``, ``clone`` with a
+   namespace flag; ``clone3``, whose flags a filter cannot read, says "not implemented" so that the C
+   library falls back to ``clone``), mounts, tracing, BPF, io_uring and the calls that administer
+   the machine.
+4. **A disk budget per episode** (``Limits.disk_mb``). An episode directory made with
+   ``make_workdir(disk_mb=...)`` is, when we are root and may mount, its own size-limited tmpfs: the
+   kernel refuses to write past the budget (ENOSPC) or past ``MAX_ENTRIES`` files. Otherwise the
+   directory is measured every half second while a command runs, and the command is stopped once
+   the files pass the budget (it may overshoot by what it writes in half a second).
+
+Memory. ``RLIMIT_AS`` limits each process and ``RLIMIT_NPROC`` their number, so one command holds at
+most ``Limits.memory_budget_mb`` = max_processes x memory_mb (16 x 512 MB = 8 GiB by default), plus
+its in-memory /tmp and /dev/shm. The process cap holds with bubblewrap (and without it when not root).
+
 Who runs the command. ``RLIMIT_NPROC`` counts processes per user and does not apply to root, so a
 fork bomb run by root is only stopped by the clock. When we are root we therefore let bwrap set up
 the sandbox as root and then switch to a fresh user id, unused by anything else, with no
@@ -35,13 +53,14 @@ Where bwrap is missing or does not run, commands run with the limits only (a war
 they can then read and write whatever the calling user can, reach the network, and signal the
 caller's processes.
 
-Not contained, as there are no cgroups: memory and CPU summed over several processes (each one is
-limited), and the disk space of many files each below the file size limit; the wall clock bounds both.
+Not contained, as there are no cgroups: CPU time summed over several processes (each one is
+limited; the wall clock bounds the sum).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import itertools
 import os
@@ -50,13 +69,14 @@ import secrets
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +87,29 @@ _SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/l
 # Fresh user ids for sandboxed commands when we are root; far above any real account.
 _UID_BASE = 1_000_000_000
 _MARKER = "COURSE_SANDBOX_RUN"  # env var that tags every process of one run (limits-only mode)
+MAX_ENTRIES = 16_384  # files and directories an episode directory may hold (tmpfs nr_inodes)
+_DISK_POLL_SECONDS = 0.5  # how often a directory without a tmpfs of its own is measured
+
+# Calls an agent's command never needs; the seccomp filter makes them fail with EPERM.
+DENIED_SYSCALLS = (
+    # The kernel keyring is shared by the whole machine: keys would carry data between runs.
+    "add_key", "keyctl", "request_key",
+    # New namespaces (a user namespace gives back capabilities inside it), and joining others.
+    "unshare", "setns",
+    # Mounting and changing the root.
+    "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount",
+    "fspick", "mount_setattr",
+    # Reading or changing other processes.
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    # Large kernel interfaces that have held many exploitable bugs.
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    # Administering the machine: kernel modules, reboot, swap, clocks, logs, quotas, raw I/O ports.
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon",
+    "swapoff", "syslog", "acct", "quotactl", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+    "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "iopl", "ioperm", "vhangup",
+)
+# clone() flags that create a namespace: clone with any of them fails with EPERM.
+_CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 
 
 @dataclass
@@ -75,10 +118,16 @@ class Limits:
 
     cpu_seconds: int = 5  # CPU time per process (RLIMIT_CPU)
     memory_mb: int = 512  # address space per process (RLIMIT_AS)
-    max_processes: int = 64  # processes and threads at once (RLIMIT_NPROC)
+    max_processes: int = 16  # processes and threads at once (RLIMIT_NPROC)
     file_size_mb: int = 16  # largest file a process may write (RLIMIT_FSIZE)
     wall_seconds: float = 10.0  # wall-clock time of the whole command
     output_bytes: int = 16_000  # stdout+stderr kept; the command is stopped past this
+    disk_mb: int = 64  # all files of the episode directory together (see the module docstring)
+
+    @property
+    def memory_budget_mb(self) -> int:
+        """The most memory one command can hold: max_processes x memory_mb (RLIMIT_NPROC x RLIMIT_AS)."""
+        return self.max_processes * self.memory_mb
 
 
 @dataclass
@@ -90,12 +139,15 @@ class SandboxResult:
     timed_out: bool  # stopped at the wall-clock limit
     truncated: bool  # output went past output_bytes; the rest was dropped and the command stopped
     limits: Limits = field(default_factory=Limits, repr=False)  # the limits it ran under (for the notes)
+    disk_full: bool = False  # stopped because the episode directory passed limits.disk_mb (no tmpfs)
 
     def text(self) -> str:
         """The observation a model sees: the output, then one short note on how the command ended."""
         limits = self.limits
         if self.truncated:
             note = f"[output cut at {limits.output_bytes} bytes; the command was stopped]"
+        elif self.disk_full:
+            note = f"[stopped: the directory's files passed the disk limit of {limits.disk_mb} MB]"
         elif self.timed_out:
             note = f"[stopped: wall-clock limit of {limits.wall_seconds:g} s]"
         else:
@@ -115,12 +167,42 @@ class SandboxResult:
 # ----- workdirs ----------------------------------------------------------------------------------
 
 
-def make_workdir(prefix: str = "episode-") -> Path:
-    """A fresh, empty, private directory for one episode. The caller removes it (`remove_workdir`)."""
-    return Path(tempfile.mkdtemp(prefix=prefix))
+def make_workdir(prefix: str = "episode-", disk_mb: int | None = None) -> Path:
+    """A fresh, empty, private directory for one episode. The caller removes it (`remove_workdir`).
+
+    With `disk_mb`, the directory is its own tmpfs of that size (at most `MAX_ENTRIES` files) when
+    we may mount one (root); otherwise a plain directory, which `run_sandboxed` measures instead.
+    """
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if disk_mb is not None and _tmpfs_mounts_allowed():
+        _mount_tmpfs(path, disk_mb)
+    return path
 
 
-def owned_workdir(owner: object, prefix: str) -> tuple[Path, weakref.finalize]:
+@functools.cache
+def _tmpfs_mounts_allowed() -> bool:
+    """True if we may mount a tmpfs here (root with CAP_SYS_ADMIN), tried once."""
+    if os.geteuid() != 0 or shutil.which("mount") is None or shutil.which("umount") is None:
+        return False
+    probe = Path(tempfile.mkdtemp(prefix="tmpfs-probe-"))
+    try:
+        return _mount_tmpfs(probe, 1) and subprocess.run(["umount", str(probe)], capture_output=True).returncode == 0
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+
+
+def _mount_tmpfs(path: Path, size_mb: int) -> bool:
+    options = f"size={size_mb}m,nr_inodes={MAX_ENTRIES},mode=0700"
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "course-episode", str(path)],
+                                 capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return mounted.returncode == 0
+
+
+def owned_workdir(owner: object, prefix: str, disk_mb: int | None = None) -> tuple[Path, weakref.finalize]:
     """`make_workdir` for an object (an environment) that removes the directory in its `close()`.
 
     Returns the directory and its remover: calling the remover removes the directory, once (later
@@ -128,7 +210,7 @@ def owned_workdir(owner: object, prefix: str) -> tuple[Path, weakref.finalize]:
     interpreter exits, so a dropped environment does not leak its directory. It holds the path, not
     `owner`, so it never keeps `owner` alive.
     """
-    path = make_workdir(prefix)
+    path = make_workdir(prefix, disk_mb)
     return path, weakref.finalize(owner, remove_workdir, path)
 
 
@@ -144,12 +226,59 @@ def remove_workdir(path: str | Path) -> None:
         return
     if not path.exists():
         return
+    if os.path.ismount(path):  # its own tmpfs: unmounting frees everything in it
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)  # busy: detach now, free later
+        if not os.path.ismount(path):
+            path.rmdir()
+            return
     # A directory without r/x cannot be emptied: give every directory back to its owner first.
     # `chmod -R` skips the symlinks it meets, so it never reaches a file outside the directory.
     subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], capture_output=True)
     removal = subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True, text=True)
     if path.exists():  # something we could not remove: say so rather than leak silently
         raise OSError(f"could not remove the episode directory {path}: {removal.stderr.strip()}")
+
+
+def walk_tree(root: str | Path, skip: tuple[str, ...] = (), max_entries: int = MAX_ENTRIES,
+              ) -> Iterator[tuple[str, os.stat_result | None]]:
+    """Every entry under `root`, as (relative path, lstat or None), sorted; never follows links.
+
+    Iterative (a stack, no recursion): a tree 100,000 directories deep is walked like a flat one.
+    A directory that cannot be listed (no permission, a path past PATH_MAX) comes as (path, None).
+    Directories named in `skip` are left out; the walk stops after `max_entries` entries.
+    """
+    root = str(root)
+    stack = [""]
+    seen = 0
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
+                entries = sorted((e.name, e.stat(follow_symlinks=False)) for e in it if e.name not in skip)
+        except OSError:
+            yield rel_dir, None
+            continue
+        subdirs = []
+        for name, st in entries:
+            seen += 1
+            if seen > max_entries:
+                return
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            yield rel, st
+            if stat.S_ISDIR(st.st_mode):
+                subdirs.append(rel)
+        stack.extend(reversed(subdirs))
+
+
+def disk_usage(root: str | Path, limit: int | None = None) -> int:
+    """Bytes held by the files under `root` (allocated blocks, and 4 kB per entry); stops past `limit`."""
+    total = 0
+    for _, st in walk_tree(root, max_entries=10 * MAX_ENTRIES):
+        total += 4096 + (st.st_blocks * 512 if st is not None else 0)
+        if limit is not None and total > limit:
+            break
+    return total
 
 
 # ----- is bubblewrap usable here? ----------------------------------------------------------------
@@ -182,6 +311,18 @@ def bwrap_available() -> bool:
 
 
 _warned_limits_only = False
+
+
+def _warn_no_seccomp() -> None:
+    global _warned_no_seccomp
+    if not _warned_no_seccomp:
+        _warned_no_seccomp = True
+        warnings.warn("libseccomp (or its `pyseccomp` bindings) is missing, so sandboxed commands run without "
+                      "the seccomp filter: they can use the kernel keyring, which is shared by every episode. "
+                      "Install libseccomp2 and `pip install pyseccomp`.", RuntimeWarning, stacklevel=3)
+
+
+_warned_no_seccomp = False
 
 
 def _warn_limits_only() -> None:
@@ -243,6 +384,45 @@ def _tmpfs_size_supported() -> bool:
         return False
 
 
+@functools.cache
+def _seccomp_program() -> bytes | None:
+    """The seccomp filter as a BPF program (libseccomp builds it), or None if libseccomp is missing.
+
+    Default: allow. Each call of `DENIED_SYSCALLS` and `clone` with a namespace flag fail with EPERM;
+    `clone3` fails with ENOSYS, so the C library retries with `clone`, whose flags the filter can see.
+    A call this libseccomp does not know is skipped. Other architectures' calls (32-bit) kill the process.
+    """
+    try:
+        import pyseccomp
+    except (ImportError, RuntimeError, OSError):  # RuntimeError: libseccomp.so.2 is not installed
+        return None
+    deny = pyseccomp.ERRNO(errno.EPERM)
+    program = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    for name in DENIED_SYSCALLS:
+        with contextlib.suppress(ValueError, OSError):
+            program.add_rule(deny, name)
+    for flag in _CLONE_NAMESPACE_FLAGS:
+        program.add_rule(deny, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
+    program.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
+    with tempfile.TemporaryFile() as f:
+        program.export_bpf(f)
+        f.seek(0)
+        return f.read()
+
+
+def seccomp_enabled() -> bool:
+    """True if sandboxed commands run under the seccomp filter (bwrap works and libseccomp is here)."""
+    return bwrap_available() and _seccomp_program() is not None
+
+
+def _data_fd(name: str, data: bytes) -> int:
+    """A file descriptor (memfd) holding `data`, positioned at its start, for bwrap to read."""
+    fd = os.memfd_create(name)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _bwrap_argv(workdir: Path, limits: Limits, *, network: bool, uid: int | None) -> tuple[list[str], list[int]]:
     """The bwrap command line that runs a command inside the sandbox (append the command to it).
 
@@ -277,15 +457,16 @@ def _bwrap_argv(workdir: Path, limits: Limits, *, network: bool, uid: int | None
     argv += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE]
 
     fds: list[int] = []
+    program = _seccomp_program()
+    if program is not None:  # applied by bwrap to the command it starts (setpriv, then the command)
+        fds.append(_data_fd("seccomp", program))
+        argv += ["--seccomp", str(fds[-1])]
     if uid is not None:
         # Name the fresh uid "agent", so `ls -l` and `whoami` read the same in every run and episode.
         for path, entry in (("/etc/passwd", f"agent:x:{uid}:{uid}:agent:{WORKSPACE}:/bin/bash\n"),
                             ("/etc/group", f"agent:x:{uid}:\n")):
-            fd = os.memfd_create(os.path.basename(path))
-            os.write(fd, Path(path).read_bytes() + entry.encode())
-            os.lseek(fd, 0, os.SEEK_SET)
-            fds.append(fd)
-            argv += ["--perms", "0644", "--ro-bind-data", str(fd), path]
+            fds.append(_data_fd(os.path.basename(path), Path(path).read_bytes() + entry.encode()))
+            argv += ["--perms", "0644", "--ro-bind-data", str(fds[-1]), path]
         # Drop root for good: fresh uid, no groups, no capabilities.
         argv += [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--"]
@@ -393,15 +574,18 @@ def _has_exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _read_bounded(proc: subprocess.Popen, limits: Limits, cleanup: Callable[[], None]) -> tuple[bytes, bool, bool]:
+def _read_bounded(proc: subprocess.Popen, limits: Limits, cleanup: Callable[[], None],
+                  over_disk: Callable[[], bool] | None = None) -> tuple[bytes, bool, bool, bool]:
     """Read the command's output until it ends, up to `output_bytes` and `wall_seconds`.
 
-    Returns (output, timed_out, truncated). Never holds more than `output_bytes` (+ one chunk).
+    Returns (output, timed_out, truncated, disk_full). Never holds more than `output_bytes` (+ one
+    chunk). `over_disk`, if given, is asked every half second; True stops the command.
     """
     deadline = time.monotonic() + limits.wall_seconds
     output = bytearray()
-    timed_out = truncated = False
+    timed_out = truncated = disk_full = False
     finished_at: float | None = None
+    next_disk_check = time.monotonic()
     fd = proc.stdout.fileno()
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
@@ -415,6 +599,11 @@ def _read_bounded(proc: subprocess.Popen, limits: Limits, cleanup: Callable[[], 
                 cleanup()  # background processes of a finished command must not outlive it
             if finished_at is not None and now - finished_at > 1.0:
                 break  # the command is over; something we could not kill still holds the pipe
+            if over_disk is not None and finished_at is None and now >= next_disk_check:
+                next_disk_check = now + _DISK_POLL_SECONDS
+                if over_disk():
+                    disk_full = True
+                    break
             if not selector.select(timeout=min(0.05, deadline - now)):
                 continue
             chunk = os.read(fd, 65536)
@@ -425,7 +614,7 @@ def _read_bounded(proc: subprocess.Popen, limits: Limits, cleanup: Callable[[], 
                 del output[limits.output_bytes:]
                 truncated = True
                 break
-    return bytes(output), timed_out, truncated
+    return bytes(output), timed_out, truncated, disk_full
 
 
 def run_sandboxed(argv: list[str], workdir: str | Path, *,
@@ -449,6 +638,8 @@ def run_sandboxed(argv: list[str], workdir: str | Path, *,
         uid = _fresh_uid() if os.geteuid() == 0 else None
         if uid is not None:
             _hand_over(workdir, uid)
+        if _seccomp_program() is None:
+            _warn_no_seccomp()
         prefix, fds = _bwrap_argv(workdir, limits, network=network, uid=uid)
         command = prefix + list(argv)
         full_env = _default_env(WORKSPACE) | (env or {})
@@ -475,12 +666,17 @@ def run_sandboxed(argv: list[str], workdir: str | Path, *,
             for fd in fds:
                 os.close(fd)
 
+        # A directory that is not its own size-limited tmpfs is measured while the command runs.
+        budget = limits.disk_mb * 2**20
+        over_disk = None if os.path.ismount(workdir) else (lambda: disk_usage(workdir, budget) > budget)
         try:
-            raw, timed_out, truncated = _read_bounded(proc, limits, lambda: _stop(proc, sandboxed, token))
+            raw, timed_out, truncated, disk_full = _read_bounded(proc, limits, lambda: _stop(proc, sandboxed, token),
+                                                                 over_disk)
         finally:
             _stop(proc, sandboxed, token)
             proc.stdout.close()
             returncode = proc.wait()
     if returncode < 0:  # killed by a signal: report it the way a shell would
         returncode = 128 - returncode
-    return SandboxResult(raw.decode("utf-8", errors="replace"), returncode, timed_out, truncated, limits)
+    return SandboxResult(raw.decode("utf-8", errors="replace"), returncode, timed_out, truncated, limits,
+                         disk_full)

@@ -56,7 +56,7 @@ class TerminalEnv(Environment):
         self.commands_run: list[str] = []
 
     def setup(self, task: dict[str, Any]) -> str:
-        self.workdir, self._remove_workdir = owned_workdir(self, "terminal-")
+        self.workdir, self._remove_workdir = owned_workdir(self, "terminal-", self.limits.disk_mb)
         self.commands_run = []
         for relative, text in task["files"].items():
             path = self.workdir / relative

@@ -1,0 +1,350 @@
+"""The attacks of the 2026-12-01 review (issue 22), each played as a model would play it.
+
+Each test failed before the fix: the keyring carried answers from the grading pytest to the harness
+and data from one episode to the next; user namespaces could be created inside the sandbox; a deep
+directory chain, an unreadable harness line or a huge number crashed `step()` (and with it a whole
+batched rollout); one command could fill the disk; listings and error messages had no length cap;
+and a failed edit left the module empty.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from course_lib.envs import load_tasks, make_env
+from course_lib.envs.base import OBSERVATION_LIMIT, Environment
+from course_lib.envs.code_fix import HIDDEN_TESTS, HiddenCall, check_hidden_calls, hidden_calls
+from course_lib.envs.sandbox import (
+    Limits,
+    bwrap_available,
+    disk_usage,
+    make_workdir,
+    remove_workdir,
+    run_sandboxed,
+    seccomp_enabled,
+)
+from course_lib.protocol import format_answer, format_tool_call
+
+needs_seccomp = pytest.mark.skipif(not seccomp_enabled(), reason="needs bubblewrap and libseccomp")
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="needs bubblewrap")
+
+
+def call(name: str, **arguments: str) -> str:
+    return format_tool_call(name, arguments)
+
+
+@pytest.fixture(scope="module")
+def code_fix_tasks() -> list[dict]:
+    return load_tasks("code_fix", "test", limit=12)
+
+
+def play(env: Environment, task: dict, actions: list[str]):
+    """Reset on `task`, play `actions`, answer done; the last StepResult."""
+    env.reset(task)
+    for action in actions:
+        env.step(action)
+    return env.step(format_answer("done"))
+
+
+# ----- 1. the kernel keyring ----------------------------------------------------------------------
+
+# Python for the sandbox: the keyring calls through libc's syscall(), as a hostile module would make them.
+_KEYS = """
+import ctypes as _ct
+_libc = _ct.CDLL(None, use_errno=True)
+_libc.syscall.restype = _ct.c_long
+_ADD_KEY, _KEYCTL, _USER_KEYRING, _SETPERM, _READ, _ALL = 248, 250, -4, 5, 11, 0x3F3F3F3F
+
+
+def _put_key(name, data):
+    key = _libc.syscall(_ADD_KEY, b"user", name.encode(), data, _ct.c_size_t(len(data)), _ct.c_long(_USER_KEYRING))
+    if key > 0:  # readable by every user: the next run has another uid
+        _libc.syscall(_KEYCTL, _SETPERM, _ct.c_long(key), _ct.c_ulong(_ALL))
+    return key, _ct.get_errno()
+
+
+def _get_key(name):
+    try:
+        lines = open("/proc/keys").read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.rstrip().endswith(name) or (" " + name + ":") in line:
+            key = int(line.split()[0], 16)
+            buffer = _ct.create_string_buffer(65536)
+            size = _libc.syscall(_KEYCTL, _READ, _ct.c_long(key), buffer, _ct.c_size_t(65536))
+            if size > 0:
+                return buffer.raw[:size]
+    return None
+"""
+
+# Appended to the module to fix: while the grading pytest runs, the hidden tests sit next to the module;
+# their expected values go into a key; the harness (another directory, another uid) answers from it.
+_KEYRING_ANSWERS = _KEYS + """
+import ast as _ast, json as _json, os as _os
+
+
+def _answers_from_tests():
+    answers = {}
+    for name in ("tests/test_hidden.py", "tests/test_visible.py"):
+        for node in _ast.walk(_ast.parse(open(name).read())):
+            if isinstance(node, _ast.Compare) and isinstance(node.left, _ast.Call):
+                expected = node.comparators[0]
+                expected = expected.args[0] if isinstance(expected, _ast.Call) else expected  # pytest.approx
+                answers[_ast.unparse(node.left)] = ["value", _ast.literal_eval(expected)]
+            elif isinstance(node, _ast.With):
+                match = [k.value.value for k in node.items[0].context_expr.keywords if k.arg == "match"]
+                answers[_ast.unparse(node.body[0].value)] = ["raises", match[0] if match else ""]
+    return answers
+
+
+if _os.path.exists("tests/test_hidden.py"):
+    _answers = _answers_from_tests()
+    _put_key("KEYNAME", _json.dumps(_answers).encode())
+else:
+    _stored = _get_key("KEYNAME")
+    _answers = _json.loads(_stored) if _stored else {}
+
+
+def _answering(function):
+    def answer(*args):
+        kind, value = _answers.get(f"{function.__name__}({', '.join(map(repr, args))})", (None, None))
+        if kind == "raises":
+            raise ValueError(value)
+        return value if kind == "value" else function(*args)
+    return answer
+
+
+for _name in {key.split("(")[0] for key in _answers}:
+    globals()[_name] = _answering(globals()[_name])
+"""
+
+
+@needs_seccomp
+def test_answers_passed_through_the_kernel_keyring_do_not_pass_grading(code_fix_tasks):
+    """The keyring hack: 3 of 3 test tasks were rewarded with the bug in place, hacked=False."""
+    for task in code_fix_tasks[:3]:
+        module = task["fix"]["path"]
+        last_line = task["files"][module].rstrip("\n").splitlines()[-1]
+        attack = _KEYRING_ANSWERS.replace("KEYNAME", f"course-attack-{secrets.token_hex(6)}")
+        env = make_env("code_fix")
+        try:
+            result = play(env, task, [call("replace_in_file", path=module, old=last_line, new=last_line + attack)])
+            assert result.info["hacked"] is False
+            assert task["fix"]["old"] in (env.workdir / module).read_text()  # the bug is still there
+            assert result.info["hidden_calls_ok"] is False and result.reward == 0.0, result.info
+        finally:
+            env.close()
+
+
+@needs_seccomp
+def test_a_key_written_in_one_episode_cannot_be_read_in_another():
+    name = f"course-attack-{secrets.token_hex(6)}"
+    secret = secrets.token_hex(16)
+    writer = make_env("terminal")
+    reader = make_env("data_analysis")
+    try:
+        writer.reset(load_tasks("terminal", "test", limit=1)[0])
+        script = _KEYS + f"print('add_key', *_put_key({name!r}, {secret!r}.encode()))\n"
+        written = writer.step(call("run", command=f"python - <<'EOF'\n{script}\nEOF")).observation
+        assert "add_key -1 1" in written  # EPERM: the filter refused it
+        reader.reset(load_tasks("data_analysis", "test", limit=1)[0])
+        read = reader.step(call("run_python", code=_KEYS + f"print('read', _get_key({name!r}))")).observation
+        assert "read None" in read and secret not in read
+    finally:
+        writer.close()
+        reader.close()
+
+
+@needs_seccomp
+def test_user_namespaces_and_mounts_cannot_be_made_inside_the_sandbox():
+    env = make_env("terminal")
+    try:
+        env.reset(load_tasks("terminal", "test", limit=1)[0])
+        checks = ("unshare --user true; echo user=$?; unshare --user --map-root-user --mount true; echo root=$?; "
+                  "python -c 'import ctypes; print(\"clone\", ctypes.CDLL(None).unshare(0x10000000))'; "
+                  "mkdir -p m && mount -t tmpfs none m; echo mount=$?")
+        out = env.step(call("run", command=checks)).observation
+        assert "user=1" in out and "root=1" in out and "clone -1" in out and "mount=0" not in out, out
+        # What an agent needs still works: threads, subprocesses, python, pytest.
+        ok = env.step(call("run", command="python -c 'import threading, subprocess; t = threading.Thread("
+                                          "target=print, args=(\"thread\",)); t.start(); t.join(); "
+                                          "subprocess.run([\"echo\", \"child\"])' && python -m pytest --version"))
+        assert "thread" in ok.observation and "child" in ok.observation and "pytest" in ok.observation
+    finally:
+        env.close()
+
+
+# ----- 3. scoring never raises ---------------------------------------------------------------------
+
+_DEEP_CHAIN = """
+import os as _os
+_here = _os.getcwd()
+for _ in range(1500):
+    _os.makedirs("d", exist_ok=True)
+    _os.chdir("d")
+open("bottom.txt", "w").close()
+_os.chdir(_here)
+"""
+
+
+@needs_bwrap
+def test_a_directory_chain_1500_deep_gives_reward_zero_not_an_exception(code_fix_tasks):
+    task = code_fix_tasks[0]
+    module = task["fix"]["path"]
+    first_line = task["files"][module].splitlines()[0]
+    env = make_env("code_fix")
+    try:
+        env.reset(task)
+        env.step(call("replace_in_file", path=module, old=first_line, new=first_line + _DEEP_CHAIN))
+        env.step(call("run_tests"))  # the module runs in the agent's directory and builds the chain
+        listing = env.step(call("list_files")).observation
+        assert "d/d/d" in listing and len(listing) <= OBSERVATION_LIMIT + 100
+        result = env.step(format_answer("done"))
+        assert result.done and result.reward == 0.0 and result.info["hacked"] is True
+    finally:
+        env.close()
+
+
+def test_harness_output_that_cannot_be_parsed_is_a_mismatch():
+    calls = [HiddenCall("f(1)", "==", "3")]
+    for output in ["[" * 100_000 + "]" * 100_000,  # RecursionError in json
+                   "[" + "9" * 5000 + "]",  # ValueError: past Python's int digit limit
+                   '[{"value": "' + "[" * 100_000 + '"}]',  # RecursionError in literal_eval
+                   '[{"value": "' + "9" * 5000 + '"}]',
+                   "x" * 10**6]:
+        assert check_hidden_calls(output, calls) is False
+
+
+def test_a_huge_integer_against_an_approximate_float_is_a_mismatch():
+    """`2**1100 == pytest.approx(2.5)` raises OverflowError; an honest wrong policy can return it."""
+    calls = [HiddenCall("f(1)", "==", "pytest.approx(2.5)")]
+    assert check_hidden_calls('[{"value": "' + str(2**1100) + '"}]', calls) is False
+
+
+@needs_bwrap
+def test_a_function_returning_2_to_the_1100_scores_zero(code_fix_tasks):
+    task = next(t for t in code_fix_tasks if "pytest.approx" in t["hidden_tests"][HIDDEN_TESTS])
+    module = task["fix"]["path"]
+    names = {c.call.split("(")[0] for c in hidden_calls(task["hidden_tests"][HIDDEN_TESTS])[1]}
+    source = task["files"][module]
+    overrides = "".join(f"\n\ndef {name}(*args, **kwargs):\n    return 2**1100\n" for name in sorted(names))
+    last_line = source.rstrip("\n").splitlines()[-1]
+    env = make_env("code_fix")
+    try:
+        result = play(env, task, [call("replace_in_file", path=module, old=last_line, new=last_line + overrides)])
+        assert result.done and result.reward == 0.0 and result.info["hidden_calls_ok"] is False
+    finally:
+        env.close()
+
+
+def test_a_verifier_that_raises_gives_reward_zero_and_a_note(code_fix_tasks):
+    task = dict(code_fix_tasks[0], hidden_tests={HIDDEN_TESTS: "def test_other_shape():\n    pass\n"})
+    env = make_env("code_fix")
+    try:
+        result = play(env, task, [])
+        assert result.done and result.reward == 0.0
+        assert result.info["score_error"].startswith("scoring failed, reward 0: ValueError")
+        assert env.score() == 0.0  # called directly (as the rollout does at a context limit): no exception
+    finally:
+        env.close()
+
+
+def test_a_batched_rollout_survives_one_episode_whose_scoring_raises(policy, code_fix_tasks):
+    from course_lib.rollout import rollout
+
+    model, tokenizer = policy
+    broken = dict(code_fix_tasks[1], id="broken",
+                  hidden_tests={HIDDEN_TESTS: "def test_other_shape():\n    pass\n"})
+    groups = rollout(model, tokenizer, "code_fix", [code_fix_tasks[0], broken], group_size=2, max_turns=1,
+                     max_new_tokens=8, temperature=1.0, seed=0, progress=False)
+    assert [g.task_id for g in groups] == [code_fix_tasks[0]["id"], "broken"]
+    for t in groups[0]:
+        assert "score_error" not in t.steps[-1].info and "hidden_calls_ok" in t.steps[-1].info
+    for t in groups[1]:
+        assert t.reward == 0.0 and "ValueError" in t.steps[-1].info["score_error"]
+
+
+# ----- 4. disk and 5. memory -------------------------------------------------------------------------
+
+@needs_bwrap
+def test_one_command_cannot_fill_the_disk():
+    """1 GiB in 3 s went into /workspace; now the episode directory holds at most `disk_mb`."""
+    env = make_env("terminal", limits=Limits(disk_mb=32, wall_seconds=20.0))
+    try:
+        env.reset(load_tasks("terminal", "test", limit=1)[0])
+        out = env.step(call("run", command="for i in $(seq 64); do head -c 8M /dev/zero > big$i || break; done; "
+                                           "du -sm . | cut -f1")).observation
+        used = sum(f.stat().st_size for f in env.workdir.rglob("big*"))
+        assert used <= 32 * 2**20, out
+    finally:
+        env.close()
+
+
+def test_a_directory_without_its_own_tmpfs_is_measured_and_the_command_stopped():
+    workdir = make_workdir("test-disk-")  # a plain directory: no kernel-enforced size
+    try:
+        result = run_sandboxed(["bash", "-c", "for i in $(seq 200); do head -c 1M /dev/zero > f$i; sleep 0.01; done"],
+                               workdir, limits=Limits(disk_mb=8, wall_seconds=20.0))
+        assert result.disk_full and "disk limit of 8 MB" in result.text()
+        assert disk_usage(workdir) < 100 * 2**20
+    finally:
+        remove_workdir(workdir)
+
+
+def test_memory_of_one_command_is_bounded_by_a_stated_budget():
+    limits = Limits()
+    assert limits.memory_budget_mb == limits.max_processes * limits.memory_mb <= 8192
+
+
+@needs_bwrap
+def test_a_huge_agent_file_is_never_read_whole(code_fix_tasks):
+    task = code_fix_tasks[0]
+    env = make_env("code_fix")
+    try:
+        env.reset(task)
+        (env.workdir / "big.bin").write_bytes(b"x" * (8 * 2**20))
+        assert len(env.step(call("read_file", path="big.bin")).observation) <= OBSERVATION_LIMIT + 100
+        result = env.step(format_answer("done"))
+        assert "big.bin" in result.info["changed_files"] and result.reward == 0.0
+    finally:
+        env.close()
+
+
+# ----- 6. observations and edits ---------------------------------------------------------------------
+
+def test_listings_and_errors_are_capped_and_paths_quoted(code_fix_tasks):
+    task = code_fix_tasks[0]
+    env = make_env("code_fix")
+    try:
+        env.reset(task)
+        for i in range(3000):
+            (env.workdir / f"file_{i:05d}.txt").write_text("")
+        listing = env.step(call("list_files")).observation
+        assert len(listing) < 10_000 and "more files" in listing
+        missing = env.step(call("read_file", path="nope.py")).observation
+        assert len(missing) < 2_000
+        huge = env.step(call("read_file", path="x" * 10**7)).observation
+        assert len(huge) < 2_000 and "…" in huge and str(env.workdir) not in huge
+        outside = env.step(call("read_file", path="/" + "y" * 10**6)).observation
+        assert len(outside) < 2_000 and "…" in outside
+    finally:
+        env.close()
+
+
+def test_a_failed_edit_leaves_the_file_as_it_was(code_fix_tasks):
+    task = code_fix_tasks[0]
+    module = task["fix"]["path"]
+    env = make_env("code_fix")
+    try:
+        env.reset(task)
+        before = (env.workdir / module).read_bytes()
+        out = env.step(call("replace_in_file", path=module, old=task["fix"]["old"], new="\ud800")).observation
+        assert out.startswith("Error:") and "unchanged" in out
+        assert (env.workdir / module).read_bytes() == before
+        ok = env.step(call("replace_in_file", **task["fix"])).observation
+        assert ok.startswith("Replaced") and (env.workdir / module).stat().st_mode & 0o777 == 0o644
+    finally:
+        env.close()

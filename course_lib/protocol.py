@@ -31,6 +31,13 @@ ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 # Generation of a turn stops right after one of these (or at the end-of-turn token).
 STOP_STRINGS = [TOOL_CLOSE, ANSWER_CLOSE]
 
+
+def completes_stop_string(text: str, piece: str) -> bool:
+    """Whether the newest decoded token `piece` (already appended: `text` ends with it) completed a stop
+    string. Only a stop string that ends inside the piece can have just completed, so only the tail of
+    `text` is searched. Token-by-token decoding is exact for these ASCII tags."""
+    return any(stop in text[-(len(stop) + len(piece)):] for stop in STOP_STRINGS)
+
 _JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
 
 

@@ -1,14 +1,18 @@
-"""Batched multi-turn rollouts.
+"""Multi-turn rollouts: the policy and the environments take turns until every episode is over.
 
-Every live episode of every group advances together: one decoding loop per turn over all of them
-(left padding, KV cache; a row leaves the batch when its turn ends), the environments step in a thread
-pool, finished episodes drop out. The
-sampled token ids and their sampling-time log-probs go straight into the trajectory (see
-`trajectory.py`): nothing the model wrote is ever re-tokenised.
+    for each turn:
+        contexts = the token ids of every live episode
+        actions  = generate_turn(model, contexts)       # the model writes one turn per episode
+        for each episode: env.step(action) -> observation, reward, done
+        an episode that is done (or out of turns, or out of context) gets its final reward and leaves
 
-Each episode keeps the keys and values of its context from one turn to the next (`PrefixCache`), so a
-turn only runs the model over the tokens that are new since the last one (the observation), not over
-the whole conversation again.
+Every live episode of every group advances together: one call of `generate_turn` per turn over all of them,
+the environments step in a thread pool. The sampled token ids and their sampling-time log-probs go straight
+into the trajectory (see `trajectory.py`): nothing the model wrote is ever re-tokenised.
+
+`generate_turn` below is the plain version, to read: one context at a time, the model reads the whole
+context again before every token. `rollout` uses the fast one, `course_lib.kv_cache.generate_turn`
+(batched, with a KV cache carried from one turn to the next); it gives the same tokens under greedy decoding.
 """
 
 from __future__ import annotations
@@ -21,14 +25,18 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
-from transformers import DynamicCache
 
+from course_lib import kv_cache
 from course_lib.envs import Environment, make_env
-from course_lib.models import autocast_context, end_of_turn_id
-from course_lib.protocol import STOP_STRINGS
+from course_lib.kv_cache import PrefixCache
+from course_lib.models import autocast_context, end_of_turn_id, sample_next
+from course_lib.protocol import completes_stop_string
 from course_lib.trajectory import Trajectory, TrajectoryBuilder, TrajectoryGroup
 
 EnvFactory = Callable[[], Environment] | str
+
+__all__ = ["EnvFactory", "PrefixCache", "RolloutStats", "expert_rollout", "generate_turn", "rollout",
+           "success_rate"]
 
 
 def _factory(env_factory: EnvFactory) -> Callable[[], Environment]:
@@ -51,18 +59,6 @@ class RolloutStats:
 
 
 @dataclass
-class PrefixCache:
-    """The model's keys and values for the tokens `ids` (the start of one episode's context).
-
-    `layers` holds one (K, V) pair per layer, each [kv_heads, len(ids), head_dim]. The next turn's
-    context starts with these tokens, so only the tokens after them need a forward pass.
-    """
-
-    ids: list[int]
-    layers: list[tuple[torch.Tensor, torch.Tensor]]
-
-
-@dataclass
 class _Episode:
     env: Environment
     builder: TrajectoryBuilder
@@ -70,173 +66,43 @@ class _Episode:
     cache: PrefixCache | None = None
 
 
-def _left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[i, width - len(s):] = 1
-    return ids.to(device), mask.to(device)
-
-
-def _shared_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    return next(i for i in range(n) if a[i] != b[i])
-
-
-def _batch_cache(contexts: list[list[int]], caches: list[PrefixCache | None], width: int) -> DynamicCache | None:
-    """A left-padded cache for the whole batch, or None when there is nothing to reuse.
-
-    Row i is left-padded by p_i = width - len(context_i) and has its first u_i tokens cached. The batch
-    can reuse positions [0, C) with C = min_i (p_i + u_i): there every row holds either padding (zeros,
-    masked out by the attention mask) or cached tokens. Rows with more cached than that recompute a few.
-    """
-    pads = [width - len(c) for c in contexts]
-    usable = [0 if pc is None else _shared_prefix(pc.ids, ctx) for pc, ctx in zip(caches, contexts)]
-    start = min(min(p + u for p, u in zip(pads, usable)), width - 1)  # the model must see >= 1 token
-    if start <= 0:
-        return None
-    template = next(pc for pc in caches if pc is not None)
-    layers = []
-    for layer, (k0, v0) in enumerate(template.layers):
-        keys = k0.new_zeros((len(contexts), k0.shape[0], start, k0.shape[2]))
-        values = v0.new_zeros((len(contexts), v0.shape[0], start, v0.shape[2]))
-        for i, (pc, pad) in enumerate(zip(caches, pads)):
-            if start > pad:
-                k, v = pc.layers[layer]
-                keys[i, :, pad:] = k[:, : start - pad]
-                values[i, :, pad:] = v[:, : start - pad]
-        layers.append((keys, values))
-    return DynamicCache(ddp_cache_data=layers)
-
-
-def _row_cache(cache: DynamicCache, b: int, pad: int, ids: list[int]) -> PrefixCache:
-    """Batch row b's own keys and values (left padding dropped): they belong to the tokens `ids`."""
-    return PrefixCache(ids=ids, layers=[(layer.keys[b, :, pad:].clone(), layer.values[b, :, pad:].clone())
-                                        for layer in cache.layers])
-
-
-def _prefix_cache(model, ids: list[int]) -> PrefixCache:
-    """Run `ids` through the model once (batch of one) and keep their keys and values."""
-    device = model.device
-    out = model(input_ids=torch.tensor([ids], device=device), cache=DynamicCache(), use_cache=True, logits_to_keep=1)
-    return _row_cache(out.cache, 0, 0, list(ids))
-
-
-def _stopped(tokenizer, text: str, token_id: int, eot: int) -> tuple[str, bool]:
-    """Append a sampled token to a row's text; True when the turn is over (end-of-turn token, or a
-    stop string such as </tool_call> just completed). Token-by-token decoding is exact for ASCII tags."""
-    if token_id == eot:
-        return text, True
-    piece = tokenizer.decode([token_id], skip_special_tokens=False)
-    text += piece
-    # Only a stop string that ends inside the new piece can have just completed: look at the tail.
-    return text, any(stop in text[-(len(stop) + len(piece)):] for stop in STOP_STRINGS)
-
-
 @torch.no_grad()
 def generate_turn(model, tokenizer, contexts: list[list[int]], *, max_new_tokens: int, temperature: float,
-                  seed: int | None = None, caches: list[PrefixCache | None] | None = None,
-                  stats: RolloutStats | None = None) -> tuple[list[list[int]], list[list[float]], list[bool]]:
-    """One batched turn: for each context, the sampled action ids, their log-probs and a truncated flag.
+                  seed: int | None = None) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+    """One turn per context: the sampled action ids, their log-probs, and whether the turn was cut.
 
-    The decoding loop is ours (not `model.generate`) so that a row leaves the batch the moment its turn
-    ends (end-of-turn token or a closing tag): the remaining rows do not pay for finished ones.
-    Work shared between rows is done once: the start that every context has in common (the system
-    prompt, on a first turn) and identical contexts (a group's rollouts on their first turn).
+    The plain version, to read: one context at a time, and before every new token the model reads the whole
+    context plus the tokens sampled so far again (no cache). Each token is drawn by `models.sample_next`:
+    token ~ softmax(logits / temperature), log-prob = log softmax(logits / temperature)[token]; greedy
+    (argmax) when temperature <= 0. A turn ends at the end-of-turn token, right after a stop string such as
+    </tool_call>, or after max_new_tokens (then truncated = True).
 
-    Sampling is from the full distribution softmax(logits / temperature) (no top-k/top-p), so the
-    stored log-probs log softmax(logits / temperature) are exact, and the loss recomputes the same
-    quantity: the first importance ratio is 1 up to rounding when both run in the same precision (max
-    |difference| about 1e-5 in fp32). On a CPU the rollout runs in fp32 and the update under bf16 autocast
-    by default; then, with ppo_epochs > 1 (the only case that reads the stored log-probs), a few tokens
-    start away from ratio 1 (measured on the course's 2-core Xeon, 2026-11-30, warm-started search_qa model,
-    temperature 0.7: max |difference| 0.28 nats on 238 tokens, 0.4% of ratios outside [0.8, 1.2]). temperature <= 0 is greedy (log-probs at temperature 1).
-
-    caches: optional, one `PrefixCache` (or None) per context. The cached start of each context is not
-    run again; the list is then updated in place with each row's cache for context + action.
-    stats: optional; its `prefill_tokens` counts the context tokens actually run through the model.
+    `kv_cache.generate_turn` gives the same tokens under greedy decoding, far faster; `rollout` uses it.
     """
     eot = end_of_turn_id(tokenizer)
-    greedy, device = temperature <= 0, model.device
-    scale = 1.0 if greedy else temperature
-    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-    input_ids, attention_mask = _left_pad(contexts, tokenizer.pad_token_id, device)
-    width = input_ids.shape[1]
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    # Identical contexts (a group's first turn) are run once; their keys/values are then copied to each row.
-    first: dict[tuple[int, ...], int] = {}
-    source = [first.setdefault(tuple(c), i) for i, c in enumerate(contexts)]
-    unique = sorted(first.values())
-    position = {row: k for k, row in enumerate(unique)}
-    rows, expand = torch.tensor(unique, device=device), torch.tensor([position[i] for i in source], device=device)
-    cache, prefill = _batch_cache(contexts, caches, width) if caches is not None else None, 0
-    with autocast_context(device, getattr(model, "course_autocast", None)):
-        if cache is None and len(unique) > 1:  # nothing cached: run the start all contexts share once
-            shared = min(min(_shared_prefix(contexts[0], c) for c in contexts[1:]), min(map(len, contexts)) - 1)
-            if shared > 0:
-                cache = _batch_cache(contexts, [_prefix_cache(model, contexts[0][:shared])] * len(contexts), width)
-                prefill += shared
-        start = cache.get_seq_length() if cache is not None else 0
-        if cache is not None:
-            for layer in cache.layers:
-                layer.batch_select_indices(rows)
-        out = model(input_ids=input_ids[rows, start:], attention_mask=attention_mask[rows],
-                    position_ids=positions[rows, start:], cache=cache if cache is not None else DynamicCache(),
-                    use_cache=True, logits_to_keep=1)
-        cache = out.cache
-        for layer in cache.layers:
-            layer.batch_select_indices(expand)
-        logits = out.logits[:, -1][expand]
-        prefill += int(attention_mask[rows, start:].sum())
-        if stats is not None:
-            stats.prefill_tokens += prefill
-
-        alive = list(range(len(contexts)))  # batch row -> context index
-        ids = [[] for _ in contexts]
-        lps = [[] for _ in contexts]
-        texts = [""] * len(contexts)
-        truncated = [False] * len(contexts)
-        new_caches: list[PrefixCache | None] = [None] * len(contexts)
-        mask, pos = attention_mask, positions[:, -1:]
-        for step in range(max_new_tokens):
-            logp = torch.log_softmax(logits.float() / scale, dim=-1)
-            if greedy:
-                chosen = logp.argmax(-1)
-            else:
-                chosen = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-            chosen_lp = logp.gather(1, chosen[:, None]).squeeze(1).tolist()
-            keep = []
-            for b, (row, tid) in enumerate(zip(alive, chosen.tolist())):
-                ids[row].append(tid)
-                lps[row].append(chosen_lp[b])
-                texts[row], stopped = _stopped(tokenizer, texts[row], tid, eot)
-                if not stopped and step == max_new_tokens - 1:
-                    stopped = truncated[row] = True
-                if not stopped:
-                    keep.append(b)
-                elif caches is not None:  # the cache holds the context and every action token but this last one
-                    new_caches[row] = _row_cache(cache, b, width - len(contexts[row]), contexts[row] + ids[row][:-1])
-            if not keep:
+    generator = torch.Generator(device=model.device).manual_seed(seed) if seed is not None else None
+    all_ids, all_logprobs, all_truncated = [], [], []
+    for context in contexts:
+        ids, logprobs, text, truncated = [], [], "", True
+        for _ in range(max_new_tokens):
+            tokens = torch.tensor([context + ids], device=model.device)
+            with autocast_context(model.device, getattr(model, "course_autocast", None)):
+                logits = model(input_ids=tokens, use_cache=False, logits_to_keep=1).logits[:, -1]
+            token, logprob = sample_next(logits, temperature, generator)
+            ids.append(int(token))
+            logprobs.append(float(logprob))
+            if ids[-1] == eot:
+                truncated = False
                 break
-            if len(keep) < len(alive):
-                index = torch.tensor(keep, device=device)
-                for layer in cache.layers:
-                    layer.batch_select_indices(index)
-                mask, pos, chosen = mask[index], pos[index], chosen[index]
-                alive = [alive[b] for b in keep]
-            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
-            pos = pos + 1
-            out = model(input_ids=chosen[:, None], attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
-            cache = out.cache
-            logits = out.logits[:, -1]
-    if caches is not None:
-        caches[:] = new_caches
-    return ids, lps, truncated
+            piece = tokenizer.decode(ids[-1:], skip_special_tokens=False)
+            text += piece
+            if completes_stop_string(text, piece):
+                truncated = False
+                break
+        all_ids.append(ids)
+        all_logprobs.append(logprobs)
+        all_truncated.append(truncated)
+    return all_ids, all_logprobs, all_truncated
 
 
 def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any]], group_size: int = 4,
@@ -249,6 +115,7 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
     each rollout has its own state and sandbox). temperature <= 0 means greedy decoding.
     max_context: no turn is generated from a context longer than max_context - max_new_tokens; an episode
     whose next observation would pass that ends there (info["context_limit"]), scored by the verifier.
+    Each turn is generated by the fast `kv_cache.generate_turn`.
     reuse_cache: keep each episode's keys and values between turns (False: every turn runs the model
     over the whole context again; the same tokens up to floating-point rounding, only slower).
     """
@@ -304,9 +171,9 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
             anchors = [e.env.state_key() for e in live]
             t0 = time.perf_counter()
             caches = [e.cache for e in live] if reuse_cache else None
-            ids, lps, cut = generate_turn(model, tokenizer, [e.builder.token_ids for e in live],
-                                          max_new_tokens=max_new_tokens, temperature=temperature,
-                                          seed=seed * 1000 + turn, caches=caches, stats=stats)
+            ids, lps, cut = kv_cache.generate_turn(model, tokenizer, [e.builder.token_ids for e in live],
+                                                   max_new_tokens=max_new_tokens, temperature=temperature,
+                                                   seed=seed * 1000 + turn, caches=caches, stats=stats)
             for e, cache in zip(live, caches or []):
                 e.cache = cache
             stats.generate_seconds += time.perf_counter() - t0

@@ -6,7 +6,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from course_lib.models import EMBEDDED, course_threads, embedded_checkpoint, load_policy, pick_dtype
+from course_lib.models import (
+    EMBEDDED,
+    course_threads,
+    embedded_checkpoint,
+    load_policy,
+    pick_dtype,
+    sample_next,
+)
 
 
 def test_hub_name_offline_gives_an_error_naming_the_embedded_default(monkeypatch):
@@ -85,3 +92,13 @@ def test_course_setup_warns_when_the_runs_disk_is_short(tmp_path, monkeypatch, c
         assert "WARNING" not in capsys.readouterr().out
     finally:
         torch.set_num_threads(threads)
+
+
+def test_sample_next_is_greedy_at_temperature_zero_and_returns_the_tokens_log_probs():
+    logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]])
+    tokens, logprobs = sample_next(logits, 0.0)
+    assert tokens.tolist() == [1, 0]
+    assert torch.allclose(logprobs, torch.log_softmax(logits, -1)[[0, 1], [1, 0]])
+    generator = torch.Generator().manual_seed(0)
+    tokens, logprobs = sample_next(logits, 0.5, generator)
+    assert torch.allclose(logprobs, torch.log_softmax(logits / 0.5, -1).gather(1, tokens[:, None]).squeeze(1))

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from course_lib.protocol import (
     Tool,
+    completes_stop_string,
     format_answer,
     format_tool_call,
     parse_action,
@@ -127,3 +128,11 @@ def test_quoted_cuts_long_text_with_an_ellipsis():
     assert quoted("up") == "'up'"
     assert quoted("x" * 80) == repr("x" * 80)
     assert quoted("x" * 81) == repr("x" * 79 + "…")
+
+
+def test_a_stop_string_is_found_only_when_the_newest_piece_completes_it():
+    assert completes_stop_string('<tool_call>{"name": "search"}</tool_call>', "call>")
+    assert completes_stop_string("<answer>Port Aldis</answer>", ">")
+    assert not completes_stop_string("<answer>Port Aldis</ans", "ans")
+    # Only the tail is looked at: an old closing tag far back does not end the turn again.
+    assert not completes_stop_string("</answer>" + " words" * 10, " words")

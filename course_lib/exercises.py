@@ -11,6 +11,8 @@ def _ok(msg: str) -> None:
     print(f"Correct! {msg}")
 
 
+# ----- notebook 00: setup ------------------------------------------------------------------------------
+
 def check_count_prompt_tokens(fn, tokenizer) -> None:
     """Notebook 00: `fn(tokenizer, messages) -> int` counts the tokens of a rendered conversation."""
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there!"}]
@@ -40,7 +42,7 @@ def check_is_tool_call(fn) -> None:
     _ok("you can tell a tool call from an answer and from a broken call.")
 
 
-# ----- notebook 01: the agentic setting ---------------------------------------------------------------
+# ----- notebook 01: the agentic setting ----------------------------------------------------------------
 
 def check_wilson_interval(fn) -> None:
     """Notebook 01: `fn(successes, n) -> (low, high)`, the 95% Wilson score interval."""
@@ -85,7 +87,7 @@ def check_classify_action(fn) -> None:
     _ok("a call to a tool that does not exist, and a call followed by an imagined result, are both malformed.")
 
 
-# ----- notebook 02: environments ----------------------------------------------------------------------
+# ----- notebook 02: environments -----------------------------------------------------------------------
 
 def check_run_episode(fn) -> None:
     """Notebook 02: `fn(env, task, policy) -> reward` plays one episode to its end."""
@@ -119,7 +121,69 @@ def check_normalize_answer(fn) -> None:
     _ok("your rule and the verifier's agree.")
 
 
-# ----- notebook 04: the masked policy-gradient loss ---------------------------------------------------
+# ----- notebook 03: trajectories and the loss mask -----------------------------------------------------
+
+def check_environment_positions(fn, tokenizer) -> None:
+    """Notebook 03: `fn(trajectory) -> list[int]` gives the positions the environment wrote after the prompt."""
+    from course_lib.envs import load_tasks
+    from course_lib.rollout import expert_rollout
+
+    traj = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "test")[:1])[0]
+    expected = [i for i, (m, t) in enumerate(zip(traj.loss_mask, traj.turn_index)) if m == 0 and t >= 0]
+    got = list(fn(traj))
+    if got == expected:
+        _ok(f"{len(expected)} environment tokens after the prompt, none of them trained on.")
+        return
+    prompt = [i for i, t in enumerate(traj.turn_index) if t < 0]
+    if set(prompt) & set(got):
+        raise ExerciseFailed("your positions include the prompt (turn_index -1); keep only turn_index >= 0")
+    if any(traj.loss_mask[i] for i in got):
+        raise ExerciseFailed("your positions include model tokens (loss_mask 1); the environment's have loss_mask 0")
+    raise ExerciseFailed(f"got {len(got)} positions, expected {len(expected)} (first expected: {expected[:5]}); "
+                         "return every position with loss_mask 0 and turn_index >= 0, in increasing order")
+
+
+def check_round_trips(fn, tokenizer) -> None:
+    """Notebook 03: `fn(tokenizer, ids) -> bool` says whether decode-then-encode gives back `ids`."""
+    text = "<answer>Corvath</answer>"
+    canonical = tokenizer(text, add_special_tokens=False)["input_ids"]
+    vocab = tokenizer.get_vocab()
+    split = None
+    for k, tid in enumerate(canonical):
+        piece = tokenizer.convert_ids_to_tokens(tid)
+        for cut in range(1, len(piece)):
+            if piece[:cut] in vocab and piece[cut:] in vocab:
+                split = canonical[:k] + [vocab[piece[:cut]], vocab[piece[cut:]]] + canonical[k + 1:]
+                break
+        if split:
+            break
+    if not fn(tokenizer, canonical):
+        raise ExerciseFailed("the canonical ids of a plain string should round-trip, but you said False. "
+                             "Encode with add_special_tokens=False and compare lists")
+    if split is not None and fn(tokenizer, split):
+        raise ExerciseFailed(f"{split} decodes to {tokenizer.decode(split)!r} but re-encodes to {canonical}: "
+                             "it does not round-trip, yet you said True")
+    _ok("canonical ids round-trip; a non-canonical split of the same text does not.")
+
+
+def check_keeps_prefix(fn, tokenizer, rewriting_tokenizer) -> None:
+    """Notebook 03: `fn(tokenizer, messages, next_messages) -> bool` checks the prefix property."""
+    call = '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}</tool_call>'
+    first = [{"role": "user", "content": "Where is Kalo?"},
+             {"role": "assistant", "content": "Let me look. " + call},
+             {"role": "tool", "content": "Agent Kalo is stationed in Orvane."}]
+    second = first + [{"role": "assistant", "content": "Checking again. " + call},
+                      {"role": "tool", "content": "Agent Kalo is stationed in Orvane."}]
+    if not fn(tokenizer, first, second):
+        raise ExerciseFailed("with the model's own ChatML template the prefix property holds, but you said False. "
+                             "Render both with add_generation_prompt=True and use str.startswith")
+    if fn(rewriting_tokenizer, first, second):
+        raise ExerciseFailed("the rewriting template drops the first turn's thought once a second turn exists, "
+                             "so the prefix property is broken, but you said True")
+    _ok("you can tell a template that keeps history from one that rewrites it.")
+
+
+# ----- notebook 04: the masked policy-gradient loss ----------------------------------------------------
 
 def _loss_batch():
     import torch
@@ -189,7 +253,7 @@ def check_episode_weights(fn) -> None:
     _ok("grpo divides by each episode's own length; bnpo/dapo by the batch's tokens; dr_grpo by a constant.")
 
 
-# ----- notebook 05: outcome-only credit -----------------------------------------------------------------
+# ----- notebook 05: outcome-only credit ----------------------------------------------------------------
 
 def check_informative_fraction(fn) -> None:
     """Notebook 05: `fn(rewards_by_group) -> float`, the fraction of groups whose rewards are not all equal."""
@@ -268,71 +332,168 @@ def check_omega_for_grpo(omega: float) -> None:
     _ok("ω = 0 drops A_step; with the same normalisation, what remains is the episode-level GRPO advantage.")
 
 
-# ----- notebook 03: trajectories and the loss mask --------------------------------------------------
+# ----- notebook 07: turn-level rewards -----------------------------------------------------------------
+
+def _scripted_trajectory(actions: list[str], observations: list[str]):
+    """A Trajectory with steps only (no tokens): enough for functions that read actions and observations."""
+    from course_lib.envs.search_qa import SearchQAEnv
+    from course_lib.protocol import parse_action
+    from course_lib.trajectory import Step, Trajectory
+
+    steps = [Step(action_ids=[], action_text=a, logprobs=[], observation_text=o,
+                  info={"action_kind": parse_action(a, SearchQAEnv.tools).kind}) for a, o in zip(actions, observations)]
+    return Trajectory(task_id="t", group_id="g", traj_id="x", messages=[], prompt_ids=[], steps=steps)
 
 
-def check_environment_positions(fn, tokenizer) -> None:
-    """Notebook 03: `fn(trajectory) -> list[int]` gives the positions the environment wrote after the prompt."""
-    from course_lib.envs import load_tasks
-    from course_lib.rollout import expert_rollout
+def check_repeat_penalty(fn) -> None:
+    """Notebook 07: `fn(trajectory) -> list[float]`, −0.1 for malformed/tool-error turns and repeated queries."""
+    from course_lib.protocol import format_answer, format_tool_call
 
-    traj = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "test")[:1])[0]
-    expected = [i for i, (m, t) in enumerate(zip(traj.loss_mask, traj.turn_index)) if m == 0 and t >= 0]
-    got = list(fn(traj))
-    if got == expected:
-        _ok(f"{len(expected)} environment tokens after the prompt, none of them trained on.")
-        return
-    prompt = [i for i, t in enumerate(traj.turn_index) if t < 0]
-    if set(prompt) & set(got):
-        raise ExerciseFailed("your positions include the prompt (turn_index -1); keep only turn_index >= 0")
-    if any(traj.loss_mask[i] for i in got):
-        raise ExerciseFailed("your positions include model tokens (loss_mask 1); the environment's have loss_mask 0")
-    raise ExerciseFailed(f"got {len(got)} positions, expected {len(expected)} (first expected: {expected[:5]}); "
-                         "return every position with loss_mask 0 and turn_index >= 0, in increasing order")
+    def search(q: str) -> str:
+        return format_tool_call("search", {"query": q})
 
-
-def check_round_trips(fn, tokenizer) -> None:
-    """Notebook 03: `fn(tokenizer, ids) -> bool` says whether decode-then-encode gives back `ids`."""
-    text = "<answer>Corvath</answer>"
-    canonical = tokenizer(text, add_special_tokens=False)["input_ids"]
-    vocab = tokenizer.get_vocab()
-    split = None
-    for k, tid in enumerate(canonical):
-        piece = tokenizer.convert_ids_to_tokens(tid)
-        for cut in range(1, len(piece)):
-            if piece[:cut] in vocab and piece[cut:] in vocab:
-                split = canonical[:k] + [vocab[piece[:cut]], vocab[piece[cut:]]] + canonical[k + 1:]
-                break
-        if split:
-            break
-    if not fn(tokenizer, canonical):
-        raise ExerciseFailed("the canonical ids of a plain string should round-trip, but you said False. "
-                             "Encode with add_special_tokens=False and compare lists")
-    if split is not None and fn(tokenizer, split):
-        raise ExerciseFailed(f"{split} decodes to {tokenizer.decode(split)!r} but re-encodes to {canonical}: "
-                             "it does not round-trip, yet you said True")
-    _ok("canonical ids round-trip; a non-canonical split of the same text does not.")
+    cases = [
+        ([search("Kalo"), search("Orvane"), format_answer("Orvane")], ["r1", "r2", ""], [0.0, 0.0, 0.0]),
+        ([search("Kalo"), search("  kalo "), format_answer("x")], ["r1", "r1", ""], [0.0, -0.1, 0.0]),
+        (["search Kalo", search("Kalo"), search("Kalo"), search("Kalo")], ["Error: malformed", "r", "r", "r"],
+         [-0.1, 0.0, -0.1, -0.1]),
+        ([search("Kalo"), search("Orvane")], ["r", "Error: the query is empty"], [0.0, -0.1]),
+    ]
+    for actions, observations, expected in cases:
+        got = [float(x) for x in fn(_scripted_trajectory(actions, observations))]
+        if got != expected:
+            raise ExerciseFailed(f"for actions {actions} you gave {got}, expected {expected}. A repeat is the same "
+                                 "query after strip().lower(); the first occurrence is not penalised; a malformed "
+                                 "action or an observation starting with 'Error' also gets −0.1.")
+    _ok("a repeated search now costs as much as a broken one, and no wording can avoid it.")
 
 
-def check_keeps_prefix(fn, tokenizer, rewriting_tokenizer) -> None:
-    """Notebook 03: `fn(tokenizer, messages, next_messages) -> bool` checks the prefix property."""
-    call = '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}</tool_call>'
-    first = [{"role": "user", "content": "Where is Kalo?"},
-             {"role": "assistant", "content": "Let me look. " + call},
-             {"role": "tool", "content": "Agent Kalo is stationed in Orvane."}]
-    second = first + [{"role": "assistant", "content": "Checking again. " + call},
-                      {"role": "tool", "content": "Agent Kalo is stationed in Orvane."}]
-    if not fn(tokenizer, first, second):
-        raise ExerciseFailed("with the model's own ChatML template the prefix property holds, but you said False. "
-                             "Render both with add_generation_prompt=True and use str.startswith")
-    if fn(rewriting_tokenizer, first, second):
-        raise ExerciseFailed("the rewriting template drops the first turn's thought once a second turn exists, "
-                             "so the prefix property is broken, but you said True")
-    _ok("you can tell a template that keeps history from one that rewrites it.")
+def check_pooled_turn_part(fn) -> None:
+    """Notebook 07: `fn(turn_rewards, group_ids, traj_ids, gamma) -> [N]`, A_T normalised over the whole group."""
+    import torch
+
+    from course_lib.credit import discounted_returns, outcome_advantages, turn_advantages
+
+    # group "a": two identical 3-turn rollouts, a judge gives every turn 0.5; group "b": two 1-turn rollouts
+    turn_rewards = [0.5] * 6 + [0.0, 0.5]
+    group_ids = ["a"] * 6 + ["b"] * 2
+    traj_ids = ["x", "x", "x", "y", "y", "y", "u", "v"]
+    returns = discounted_returns(turn_rewards, list(zip(group_ids, traj_ids)), gamma=1.0)
+    expected = outcome_advantages(returns, group_ids, scale="group", eps=1e-4)  # (G − group mean) / (std + 1e-4)
+    got = torch.as_tensor(fn(turn_rewards, group_ids, traj_ids, gamma=1.0), dtype=torch.float32)
+    if got.shape != expected.shape or not torch.allclose(got, expected, atol=1e-4):
+        raise ExerciseFailed(f"you gave {[round(float(x), 3) for x in got]}, expected "
+                             f"{[round(float(x), 3) for x in expected]}. G_t = Σ_k γ^(k−t) r_k within each "
+                             "trajectory, then (G − group mean) / (unbiased group std + 1e-4).")
+    fair = turn_advantages(turn_rewards, [0.0] * 8, group_ids, traj_ids, weight=1.0)
+    print("Two identical rollouts, every turn scored 0.5, yet pooled A_T =",
+          [round(float(x), 2) for x in got[:6]])
+    print("Compared at the same turn index, A_T =", [round(float(x), 2) for x in fair[:6]])
+    _ok("pooling ranks turns by how many turns are left after them; comparing at the same turn index does not.")
 
 
-# ----- notebook 10: reward hacking --------------------------------------------------------------------
+# ----- notebook 08: a critic again ---------------------------------------------------------------------
 
+def check_clipped_value_loss(fn) -> None:
+    """Notebook 08: `fn(values, old_values, returns, clip) -> scalar`, PPO's clipped value loss."""
+    import torch
+
+    from course_lib.credit import value_loss
+
+    g = torch.Generator().manual_seed(8)
+    for clip in (0.2, 0.5):
+        values = torch.randn(7, generator=g).requires_grad_(True)
+        old_values, returns = torch.randn(7, generator=g), torch.randn(7, generator=g)
+        expected = value_loss(values, old_values, returns, clip=clip)
+        (expected_grad,) = torch.autograd.grad(expected, values)
+        got = fn(values, old_values, returns, clip)
+        value = float(torch.as_tensor(got).detach())
+        if abs(value - expected.item()) > 1e-6:
+            raise ExerciseFailed(f"with clip = {clip} your loss is {value:.6f}, expected {expected.item():.6f}: "
+                                 "V_clip = V_old + clip(V − V_old, −c, c); ½·mean(max((V − R)², (V_clip − R)²)).")
+        (grad,) = torch.autograd.grad(got, values)
+        if not torch.allclose(grad, expected_grad, atol=1e-6):
+            raise ExerciseFailed("the value is right but the gradient is not: only `values` should carry one.")
+    _ok("the max keeps the worse error, so a value step cannot profit from jumping more than c.")
+
+
+def check_truncated_gae(fn) -> None:
+    """Notebook 08: `fn(rewards, values, last_value, gamma, lam) -> [T]`, GAE bootstrapped past a cut episode."""
+    import torch
+
+    from course_lib.credit import gae
+
+    rewards, values = [0.0, -0.1, 0.0, 0.5], [0.3, 0.2, 0.4, 0.6]
+    for last_value, gamma, lam in ((0.0, 1.0, 0.95), (0.7, 0.9, 0.8), (0.7, 1.0, 1.0)):
+        delta_last = rewards[-1] + gamma * last_value - values[-1]
+        manual = [0.0] * 4
+        nxt = 0.0
+        for t in reversed(range(4)):
+            d = delta_last if t == 3 else rewards[t] + gamma * values[t + 1] - values[t]
+            nxt = d + gamma * lam * nxt
+            manual[t] = nxt
+        expected = torch.tensor(manual)
+        got = torch.as_tensor(fn(rewards, values, last_value, gamma, lam), dtype=torch.float32)
+        if got.shape != expected.shape or not torch.allclose(got, expected, atol=1e-5):
+            raise ExerciseFailed(f"with last_value = {last_value}, γ = {gamma}, λ = {lam} you gave "
+                                 f"{[round(float(x), 4) for x in got]}, expected {[round(float(x), 4) for x in expected]}."
+                                 " Start the backwards pass with next_value = last_value instead of 0.")
+        if last_value == 0.0 and not torch.allclose(got, gae(rewards, values, gamma=gamma, lam=lam)[0], atol=1e-5):
+            raise ExerciseFailed("with last_value = 0 your answer should equal course_lib.credit.gae.")
+    _ok("a truncated episode keeps the critic's estimate of what would have come next.")
+
+
+# ----- notebook 09: LLM-as-a-judge reward --------------------------------------------------------------
+
+def check_pairwise_accuracy(fn) -> None:
+    """Notebook 09: `fn(scores, rewards) -> float`, judge-verifier pairwise accuracy (judge ties count half)."""
+    import math
+
+    # (scores, rewards, accuracy): agreements / pairs over the pairs with different rewards
+    cases = [([0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0], 4 / 4), ([0.9, 0.3, 0.4, 0.1], [1, 1, 0, 0], 3 / 4),
+             ([0.5, 0.5, 0.5], [1, 0, 0], 1 / 2), ([0.1, 0.7, 0.4], [0.0, 1.0, 0.5], 3 / 3), ([0.3, 0.9], [1, 1], math.nan)]
+    for scores, rewards, expected in cases:
+        got = float(fn(scores, rewards))
+        if math.isnan(expected) != math.isnan(got) or (not math.isnan(expected) and abs(got - expected) > 1e-9):
+            raise ExerciseFailed(f"for scores {scores} and rewards {rewards} you gave {got}, expected {expected}. "
+                                 "Skip pairs with equal rewards, count a judge tie as 0.5, return nan with no pairs.")
+    _ok("0.5 is a coin flip, and also what a judge that scores everything equal gets.")
+
+
+def check_position_bias_rate(fn) -> None:
+    """Notebook 09: `fn(first, second, tol=0.01) -> float`, the share of scores that moved between two orders."""
+    import math
+
+    nan = float("nan")
+    cases = [(([0.9, 0.5, 0.1], [0.9, 0.5, 0.1]), 0.0), (([1.0, 0.5, 0.0], [0.0, 0.5, 1.0]), 2 / 3),
+             (([0.50, 0.2], [0.505, 0.3]), 0.5), (([0.4, nan], [0.4, nan]), nan), (([0.4, 0.3], [0.1, nan]), nan)]
+    for (first, second), expected in cases:
+        got = float(fn(first, second))
+        if math.isnan(expected) != math.isnan(got) or (not math.isnan(expected) and abs(got - expected) > 1e-9):
+            raise ExerciseFailed(f"for {first} and {second} you gave {got}, expected {expected}. Count |a - b| > tol "
+                                 "pairwise, divide by the group size; a NaN (failed run) anywhere gives nan.")
+    _ok("a fair judge moves no score when only the order changes.")
+
+
+def check_group_rewards(fn) -> None:
+    """Notebook 09: `fn(scores: list[JudgeScore]) -> list[float] | None`, None for a failed group."""
+    import math
+
+    from course_lib.judge import JudgeScore
+
+    good = [JudgeScore(0.0, "bad"), JudgeScore(1.0, "good"), JudgeScore(0.25, "meh")]
+    got = fn(good)
+    if got is None or [float(x) for x in got] != [0.0, 1.0, 0.25]:
+        raise ExerciseFailed(f"for valid scores 0.0, 1.0, 0.25 you gave {got}: a real 0.0 is a reward, keep it.")
+    failed = [JudgeScore(math.nan, "judge failed", failed=True) for _ in range(3)]
+    got = fn(failed)
+    if got is not None:
+        raise ExerciseFailed(f"for a failed group you gave {got}; return None so the caller skips the group "
+                             "(zeros would punish trajectories nobody judged, NaN would poison the loss).")
+    _ok("a failed judgement is skipped, never turned into a reward.")
+
+
+# ----- notebook 10: reward hacking ---------------------------------------------------------------------
 
 def check_diff_check(fn) -> None:
     """Notebook 10: `fn(original, current, allowed) -> (changed, outside)`."""
@@ -386,118 +547,7 @@ def check_hack_attempt(fn) -> None:
     _ok("edits outside the allowed files are flagged; reads, runs, answers and honest edits are not.")
 
 
-# ----- notebook 07: turn-level rewards ----------------------------------------------------------------
-
-def _scripted_trajectory(actions: list[str], observations: list[str]):
-    """A Trajectory with steps only (no tokens): enough for functions that read actions and observations."""
-    from course_lib.envs.search_qa import SearchQAEnv
-    from course_lib.protocol import parse_action
-    from course_lib.trajectory import Step, Trajectory
-
-    steps = [Step(action_ids=[], action_text=a, logprobs=[], observation_text=o,
-                  info={"action_kind": parse_action(a, SearchQAEnv.tools).kind}) for a, o in zip(actions, observations)]
-    return Trajectory(task_id="t", group_id="g", traj_id="x", messages=[], prompt_ids=[], steps=steps)
-
-
-def check_repeat_penalty(fn) -> None:
-    """Notebook 07: `fn(trajectory) -> list[float]`, −0.1 for malformed/tool-error turns and repeated queries."""
-    from course_lib.protocol import format_answer, format_tool_call
-
-    def search(q: str) -> str:
-        return format_tool_call("search", {"query": q})
-
-    cases = [
-        ([search("Kalo"), search("Orvane"), format_answer("Orvane")], ["r1", "r2", ""], [0.0, 0.0, 0.0]),
-        ([search("Kalo"), search("  kalo "), format_answer("x")], ["r1", "r1", ""], [0.0, -0.1, 0.0]),
-        (["search Kalo", search("Kalo"), search("Kalo"), search("Kalo")], ["Error: malformed", "r", "r", "r"],
-         [-0.1, 0.0, -0.1, -0.1]),
-        ([search("Kalo"), search("Orvane")], ["r", "Error: the query is empty"], [0.0, -0.1]),
-    ]
-    for actions, observations, expected in cases:
-        got = [float(x) for x in fn(_scripted_trajectory(actions, observations))]
-        if got != expected:
-            raise ExerciseFailed(f"for actions {actions} you gave {got}, expected {expected}. A repeat is the same "
-                                 "query after strip().lower(); the first occurrence is not penalised; a malformed "
-                                 "action or an observation starting with 'Error' also gets −0.1.")
-    _ok("a repeated search now costs as much as a broken one, and no wording can avoid it.")
-
-
-def check_pooled_turn_part(fn) -> None:
-    """Notebook 07: `fn(turn_rewards, group_ids, traj_ids, gamma) -> [N]`, A_T normalised over the whole group."""
-    import torch
-
-    from course_lib.credit import _normalise_in_groups, discounted_returns, turn_advantages
-
-    # group "a": two identical 3-turn rollouts, a judge gives every turn 0.5; group "b": two 1-turn rollouts
-    turn_rewards = [0.5] * 6 + [0.0, 0.5]
-    group_ids = ["a"] * 6 + ["b"] * 2
-    traj_ids = ["x", "x", "x", "y", "y", "y", "u", "v"]
-    returns = discounted_returns(turn_rewards, list(zip(group_ids, traj_ids)), gamma=1.0)
-    expected = _normalise_in_groups(returns, group_ids, scale="group", eps=1e-4)
-    got = torch.as_tensor(fn(turn_rewards, group_ids, traj_ids, gamma=1.0), dtype=torch.float32)
-    if got.shape != expected.shape or not torch.allclose(got, expected, atol=1e-4):
-        raise ExerciseFailed(f"you gave {[round(float(x), 3) for x in got]}, expected "
-                             f"{[round(float(x), 3) for x in expected]}. G_t = Σ_k γ^(k−t) r_k within each "
-                             "trajectory, then (G − group mean) / (unbiased group std + 1e-4).")
-    fair = turn_advantages(turn_rewards, [0.0] * 8, group_ids, traj_ids, weight=1.0)
-    print("Two identical rollouts, every turn scored 0.5, yet pooled A_T =",
-          [round(float(x), 2) for x in got[:6]])
-    print("Compared at the same turn index, A_T =", [round(float(x), 2) for x in fair[:6]])
-    _ok("pooling ranks turns by how many turns are left after them; comparing at the same turn index does not.")
-
-
-# ----- notebook 08: a critic again --------------------------------------------------------------------
-
-def check_clipped_value_loss(fn) -> None:
-    """Notebook 08: `fn(values, old_values, returns, clip) -> scalar`, PPO's clipped value loss."""
-    import torch
-
-    from course_lib.credit import value_loss
-
-    g = torch.Generator().manual_seed(8)
-    for clip in (0.2, 0.5):
-        values = torch.randn(7, generator=g).requires_grad_(True)
-        old_values, returns = torch.randn(7, generator=g), torch.randn(7, generator=g)
-        expected = value_loss(values, old_values, returns, clip=clip)
-        (expected_grad,) = torch.autograd.grad(expected, values)
-        got = fn(values, old_values, returns, clip)
-        value = float(torch.as_tensor(got).detach())
-        if abs(value - expected.item()) > 1e-6:
-            raise ExerciseFailed(f"with clip = {clip} your loss is {value:.6f}, expected {expected.item():.6f}: "
-                                 "V_clip = V_old + clip(V − V_old, −c, c); ½·mean(max((V − R)², (V_clip − R)²)).")
-        (grad,) = torch.autograd.grad(got, values)
-        if not torch.allclose(grad, expected_grad, atol=1e-6):
-            raise ExerciseFailed("the value is right but the gradient is not: only `values` should carry one.")
-    _ok("the max keeps the worse error, so a value step cannot profit from jumping more than c.")
-
-
-def check_truncated_gae(fn) -> None:
-    """Notebook 08: `fn(rewards, values, last_value, gamma, lam) -> [T]`, GAE bootstrapped past a cut episode."""
-    import torch
-
-    from course_lib.credit import gae
-
-    rewards, values = [0.0, -0.1, 0.0, 0.5], [0.3, 0.2, 0.4, 0.6]
-    for last_value, gamma, lam in ((0.0, 1.0, 0.95), (0.7, 0.9, 0.8), (0.7, 1.0, 1.0)):
-        delta_last = rewards[-1] + gamma * last_value - values[-1]
-        manual = [0.0] * 4
-        nxt = 0.0
-        for t in reversed(range(4)):
-            d = delta_last if t == 3 else rewards[t] + gamma * values[t + 1] - values[t]
-            nxt = d + gamma * lam * nxt
-            manual[t] = nxt
-        expected = torch.tensor(manual)
-        got = torch.as_tensor(fn(rewards, values, last_value, gamma, lam), dtype=torch.float32)
-        if got.shape != expected.shape or not torch.allclose(got, expected, atol=1e-5):
-            raise ExerciseFailed(f"with last_value = {last_value}, γ = {gamma}, λ = {lam} you gave "
-                                 f"{[round(float(x), 4) for x in got]}, expected {[round(float(x), 4) for x in expected]}."
-                                 " Start the backwards pass with next_value = last_value instead of 0.")
-        if last_value == 0.0 and not torch.allclose(got, gae(rewards, values, gamma=gamma, lam=lam)[0], atol=1e-5):
-            raise ExerciseFailed("with last_value = 0 your answer should equal course_lib.credit.gae.")
-    _ok("a truncated episode keeps the critic's estimate of what would have come next.")
-
-
-# ----- notebook 11: scaling out -----------------------------------------------------------------------
+# ----- notebook 11: scaling out ------------------------------------------------------------------------
 
 def check_trl_env_mask(fn, tokenizer) -> None:
     """Notebook 11: `fn(trajectory, end_of_turn_id) -> (completion_ids, env_mask)`, what TRL trains on."""
@@ -534,54 +584,3 @@ def check_truncated_importance_weights(fn) -> None:
             raise ExerciseFailed(f"with cap = {cap}, expected min(exp(ℓ_learner − ℓ_sampler), cap) on masked tokens "
                                  "and 0 elsewhere. Check the sign of the difference and that you only cap from above.")
     _ok("a stale sampler's tokens are re-weighted, and no single token can weigh more than the cap.")
-
-
-def check_pairwise_accuracy(fn) -> None:
-    """Notebook 09: `fn(scores, rewards) -> float`, judge-verifier pairwise accuracy (judge ties count half)."""
-    import math
-
-    from course_lib.judge import _pairwise_accuracy
-
-    cases = [([0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0]), ([0.9, 0.3, 0.4, 0.1], [1, 1, 0, 0]),
-             ([0.5, 0.5, 0.5], [1, 0, 0]), ([0.1, 0.7, 0.4], [0.0, 1.0, 0.5]), ([0.3, 0.9], [1, 1])]
-    for scores, rewards in cases:
-        agree, pairs = _pairwise_accuracy(scores, rewards)
-        expected = agree / pairs if pairs else math.nan
-        got = float(fn(scores, rewards))
-        if math.isnan(expected) != math.isnan(got) or (not math.isnan(expected) and abs(got - expected) > 1e-9):
-            raise ExerciseFailed(f"for scores {scores} and rewards {rewards} you gave {got}, expected {expected}. "
-                                 "Skip pairs with equal rewards, count a judge tie as 0.5, return nan with no pairs.")
-    _ok("0.5 is a coin flip, and also what a judge that scores everything equal gets.")
-
-
-def check_position_bias_rate(fn) -> None:
-    """Notebook 09: `fn(first, second, tol=0.01) -> float`, the share of scores that moved between two orders."""
-    import math
-
-    nan = float("nan")
-    cases = [(([0.9, 0.5, 0.1], [0.9, 0.5, 0.1]), 0.0), (([1.0, 0.5, 0.0], [0.0, 0.5, 1.0]), 2 / 3),
-             (([0.50, 0.2], [0.505, 0.3]), 0.5), (([0.4, nan], [0.4, nan]), nan), (([0.4, 0.3], [0.1, nan]), nan)]
-    for (first, second), expected in cases:
-        got = float(fn(first, second))
-        if math.isnan(expected) != math.isnan(got) or (not math.isnan(expected) and abs(got - expected) > 1e-9):
-            raise ExerciseFailed(f"for {first} and {second} you gave {got}, expected {expected}. Count |a - b| > tol "
-                                 "pairwise, divide by the group size; a NaN (failed run) anywhere gives nan.")
-    _ok("a fair judge moves no score when only the order changes.")
-
-
-def check_group_rewards(fn) -> None:
-    """Notebook 09: `fn(scores: list[JudgeScore]) -> list[float] | None`, None for a failed group."""
-    import math
-
-    from course_lib.judge import JudgeScore
-
-    good = [JudgeScore(0.0, "bad"), JudgeScore(1.0, "good"), JudgeScore(0.25, "meh")]
-    got = fn(good)
-    if got is None or [float(x) for x in got] != [0.0, 1.0, 0.25]:
-        raise ExerciseFailed(f"for valid scores 0.0, 1.0, 0.25 you gave {got}: a real 0.0 is a reward, keep it.")
-    failed = [JudgeScore(math.nan, "judge failed", failed=True) for _ in range(3)]
-    got = fn(failed)
-    if got is not None:
-        raise ExerciseFailed(f"for a failed group you gave {got}; return None so the caller skips the group "
-                             "(zeros would punish trajectories nobody judged, NaN would poison the loss).")
-    _ok("a failed judgement is skipped, never turned into a reward.")

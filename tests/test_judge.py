@@ -717,10 +717,11 @@ def test_local_judges_of_different_models_do_not_share_the_cache(tmp_path, polic
 
 
 def test_summarize_env_needs_the_judge(tokenizer):
-    from course_lib.envs.summarize import SummarizeEnv, make_tasks
+    from course_lib.envs import load_tasks
+    from course_lib.envs.summarize import SummarizeEnv
     from course_lib.rollout import expert_rollout
 
-    tasks = make_tasks("test", limit=2)
+    tasks = load_tasks("summarize", "test", limit=2)
     demos = expert_rollout(tokenizer, SummarizeEnv, tasks)
     assert all(d.reward == 0.0 and d.info["needs_judge"] for d in demos)
     assert tasks[0]["subject"] in demos[0].messages[-1]["content"]

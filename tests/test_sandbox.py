@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.envs import sandbox
+from course_lib.envs import sandbox, workdirs
 from course_lib.envs.sandbox import (
     WORKSPACE,
     Limits,
@@ -271,23 +271,23 @@ def test_a_deep_tree_the_agent_locked_is_removed_by_a_non_root_caller():
     path = make_workdir("test-locked-")
     os.chown(path, uid, uid)
     # The other user may not be able to read this checkout or its venv (a clone in a 0700 directory):
-    # it gets a copy of sandbox.py (standard library only) and the base interpreter.
+    # it gets a copy of workdirs.py (standard library only) and the base interpreter.
     module_dir = Path(tempfile.mkdtemp(prefix="test-sandbox-module-"))
     module_dir.chmod(0o755)
-    shutil.copy(sandbox.__file__, module_dir / "sandbox.py")
-    (module_dir / "sandbox.py").chmod(0o644)
+    shutil.copy(workdirs.__file__, module_dir / "workdirs.py")
+    (module_dir / "workdirs.py").chmod(0o644)
     script = ("import importlib.util, os, sys\n"
-              "spec = importlib.util.spec_from_file_location('sandbox', sys.argv[2])\n"
-              "sandbox = sys.modules['sandbox'] = importlib.util.module_from_spec(spec)\n"
-              "spec.loader.exec_module(sandbox)\npath = sys.argv[1]\n"
+              "spec = importlib.util.spec_from_file_location('workdirs', sys.argv[2])\n"
+              "workdirs = sys.modules['workdirs'] = importlib.util.module_from_spec(spec)\n"
+              "spec.loader.exec_module(workdirs)\npath = sys.argv[1]\n"
               "os.chdir(path)\nfor _ in range(25):\n    os.mkdir('e' * 200); os.chdir('e' * 200)\n"
               "os.mkdir('locked'); open('locked/f', 'w').close(); os.chmod('locked', 0)\n"
               "os.chdir(path); os.makedirs('top/in'); os.chmod('top/in', 0); os.chmod('top', 0)\n"
-              "sandbox.remove_workdir(path)\n")
+              "workdirs.remove_workdir(path)\n")
     try:
         result = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                                  getattr(sys, "_base_executable", sys.executable), "-c", script, str(path),
-                                 str(module_dir / "sandbox.py")],
+                                 str(module_dir / "workdirs.py")],
                                 capture_output=True, text=True, timeout=60, cwd=module_dir)
         assert result.returncode == 0, result.stderr
         assert not path.exists()

@@ -13,8 +13,9 @@ import pytest
 
 from course_lib.envs import data_dir, load_tasks, make_env
 from course_lib.envs.sandbox import Limits, bwrap_available
-from course_lib.envs.terminal import FAMILIES, TerminalEnv, generate
+from course_lib.envs.terminal import TerminalEnv
 from course_lib.protocol import format_answer, format_tool_call
+from course_lib.tasks.terminal import FAMILIES, generate
 
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (bwrap) is not available here")
 

@@ -1,6 +1,7 @@
 """Environments: task + sandbox + verifier.
 
-`make_env(name)` builds one, `load_tasks(name, split)` reads its task set from `data/`, and
+`make_env(name)` builds one, `load_tasks(name, split)` reads its task set from `data/` (written by
+the generators of `course_lib.tasks`, which import the environments, never the reverse), and
 `expert_policy(env)` gives the next action of a policy that solves the current task.
 """
 
@@ -46,18 +47,10 @@ def load_tasks(name: str, split: str = "train", limit: int | None = None) -> lis
         raise ValueError(f"environment {name!r} does not exist; environments are: {', '.join(ENVIRONMENTS)}")
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    if name == "lookup":  # the built-in toy: generated in code, no files
-        tasks = __import__("course_lib.envs.lookup", fromlist=["make_tasks"]).make_tasks(
-            200 if split == "train" else 50, seed=0 if split == "train" else 1)
-        return tasks[:limit]
-    if name == "summarize":  # built from search_qa's corpus, no files of its own
-        from course_lib.envs.summarize import make_tasks
-
-        return make_tasks(split, limit)
     base = name.removesuffix("_naive")
     path = data_dir() / base / f"{split}.jsonl"
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found; generate the task data with `python -m course_lib.data`")
+        raise FileNotFoundError(f"{path} not found; generate the task data with `python -m course_lib.tasks`")
     with path.open() as f:
         tasks = [json.loads(line) for line in f if line.strip()]
     return tasks[:limit]

@@ -33,25 +33,13 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from pathlib import Path
 from typing import Any
 
-from course_lib.data import write_jsonl
 from course_lib.envs.base import Environment, StepResult, ToolError
 from course_lib.protocol import Tool, format_tool_call, quoted
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 _PERPENDICULAR = {"up": ("left", "right"), "down": ("left", "right"), "left": ("up", "down"), "right": ("up", "down")}
-
-N_TRAIN, N_TEST = 300, 75
-SIZES = (4, 5, 6)
-
-
-# ----- maps ----------------------------------------------------------------------------------------
-
-
-def _cells(grid: list[str], char: str) -> list[tuple[int, int]]:
-    return [(r, c) for r, row in enumerate(grid) for c, ch in enumerate(row) if ch == char]
 
 
 def distances_to(grid: list[str], target: tuple[int, int]) -> dict[tuple[int, int], int]:
@@ -67,49 +55,6 @@ def distances_to(grid: list[str], target: tuple[int, int]) -> dict[tuple[int, in
                 dist[(nr, nc)] = dist[(r, c)] + 1
                 queue.append((nr, nc))
     return dist
-
-
-def make_map(rng: random.Random, size: int) -> list[str] | None:
-    """A random map of `size`×`size`, or None when it is unsolvable or too easy (caller draws again)."""
-    hole_rate = rng.uniform(0.1, 0.25)
-    cells = [(r, c) for r in range(size) for c in range(size)]
-    start, goal = rng.sample(cells, 2)
-    rows = []
-    for r in range(size):
-        row = ""
-        for c in range(size):
-            row += "S" if (r, c) == start else "G" if (r, c) == goal else "H" if rng.random() < hole_rate else "."
-        rows.append(row)
-    shortest = distances_to(rows, goal).get(start)
-    # At least size-1 moves, so the goal is never a step or two away and holes have to be walked around.
-    if shortest is None or shortest < size - 1:
-        return None
-    return rows
-
-
-def make_tasks(n: int, seed: int, split: str, exclude: set[tuple[str, ...]] | None = None) -> list[dict[str, Any]]:
-    """`n` distinct solvable maps (sizes cycle through 4, 5, 6), none of whose layouts is in `exclude`."""
-    rng = random.Random(seed)
-    tasks, layouts = [], set(exclude or ())
-    while len(tasks) < n:
-        size = SIZES[len(tasks) % len(SIZES)]
-        grid = make_map(rng, size)
-        if grid is None or tuple(grid) in layouts:
-            continue
-        layouts.add(tuple(grid))
-        (start,), (goal,) = _cells(grid, "S"), _cells(grid, "G")
-        tasks.append({"id": f"gridworld-{split}-{len(tasks):04d}", "grid": grid, "size": size,
-                      "start": list(start), "goal": list(goal),
-                      "shortest_path_len": distances_to(grid, goal)[start]})
-    return tasks
-
-
-def generate(out_dir: Path, seed: int = 0) -> None:
-    """Write train.jsonl and test.jsonl; test maps are drawn excluding every train layout."""
-    train = make_tasks(N_TRAIN, seed, "train")
-    test = make_tasks(N_TEST, seed + 1, "test", exclude={tuple(t["grid"]) for t in train})
-    write_jsonl(out_dir / "train.jsonl", train)
-    write_jsonl(out_dir / "test.jsonl", test)
 
 
 # ----- the environment -----------------------------------------------------------------------------

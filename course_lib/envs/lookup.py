@@ -2,40 +2,15 @@
 
 Small enough to read in one go; it exists to test the rollout engine and to show the protocol
 before the real environments arrive. The directory is fictional, so the model cannot know the
-answer without calling the tool.
+answer without calling the tool. Its tasks come from `course_lib.tasks.lookup`.
 """
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 from course_lib.envs.base import Environment, ToolError
 from course_lib.protocol import Tool, format_answer, format_tool_call, quoted
-
-_SYLLABLES = ["ka", "lo", "mi", "ren", "to", "sa", "vu", "dor", "pel", "qui", "zan", "bri"]
-_CITIES = ["Orvane", "Tessaly", "Brumholt", "Quenport", "Salvik", "Drennor", "Maelis", "Corvath"]
-
-
-def _word(rng: random.Random) -> str:
-    return "".join(rng.choice(_SYLLABLES) for _ in range(3)).capitalize()
-
-
-def make_tasks(n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` seeded tasks; each has a directory of 4 agents and asks for one agent's city."""
-    rng = random.Random(seed)
-    tasks = []
-    for i in range(n):
-        names = []
-        while len(names) < 4:
-            w = _word(rng)
-            if w not in names:
-                names.append(w)
-        directory = {name: rng.choice(_CITIES) for name in names}
-        target = rng.choice(names)
-        tasks.append({"id": f"lookup-{seed}-{i}", "question": f"In which city is agent {target} stationed?",
-                      "directory": directory, "target": target, "answer": directory[target]})
-    return tasks
 
 
 class LookupEnv(Environment):

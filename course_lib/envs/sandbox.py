@@ -69,16 +69,23 @@ import secrets
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from course_lib.envs.workdirs import (  # noqa: F401 (re-exported: the sandbox's public interface)
+    MAX_ENTRIES,
+    disk_usage,
+    make_workdir,
+    owned_workdir,
+    remove_workdir,
+    walk_tree,
+)
 
 # Where the episode directory appears inside the sandbox (bwrap only).
 WORKSPACE = "/workspace"
@@ -87,7 +94,6 @@ _SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/l
 # Fresh user ids for sandboxed commands when we are root; far above any real account.
 _UID_BASE = 1_000_000_000
 _MARKER = "COURSE_SANDBOX_RUN"  # env var that tags every process of one run (limits-only mode)
-MAX_ENTRIES = 16_384  # files and directories an episode directory may hold (tmpfs nr_inodes)
 _DISK_POLL_SECONDS = 0.5  # how often a directory without a tmpfs of its own is measured
 
 # Calls an agent's command never needs; the seccomp filter makes them fail with EPERM.
@@ -162,123 +168,6 @@ class SandboxResult:
         if not self.output:
             return note
         return self.output + ("" if self.output.endswith("\n") else "\n") + note
-
-
-# ----- workdirs ----------------------------------------------------------------------------------
-
-
-def make_workdir(prefix: str = "episode-", disk_mb: int | None = None) -> Path:
-    """A fresh, empty, private directory for one episode. The caller removes it (`remove_workdir`).
-
-    With `disk_mb`, the directory is its own tmpfs of that size (at most `MAX_ENTRIES` files) when
-    we may mount one (root); otherwise a plain directory, which `run_sandboxed` measures instead.
-    """
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    if disk_mb is not None and _tmpfs_mounts_allowed():
-        _mount_tmpfs(path, disk_mb)
-    return path
-
-
-@functools.cache
-def _tmpfs_mounts_allowed() -> bool:
-    """True if we may mount a tmpfs here (root with CAP_SYS_ADMIN), tried once."""
-    if os.geteuid() != 0 or shutil.which("mount") is None or shutil.which("umount") is None:
-        return False
-    probe = Path(tempfile.mkdtemp(prefix="tmpfs-probe-"))
-    try:
-        return _mount_tmpfs(probe, 1) and subprocess.run(["umount", str(probe)], capture_output=True).returncode == 0
-    finally:
-        with contextlib.suppress(OSError):
-            probe.rmdir()
-
-
-def _mount_tmpfs(path: Path, size_mb: int) -> bool:
-    options = f"size={size_mb}m,nr_inodes={MAX_ENTRIES},mode=0700"
-    try:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "course-episode", str(path)],
-                                 capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return mounted.returncode == 0
-
-
-def owned_workdir(owner: object, prefix: str, disk_mb: int | None = None) -> tuple[Path, weakref.finalize]:
-    """`make_workdir` for an object (an environment) that removes the directory in its `close()`.
-
-    Returns the directory and its remover: calling the remover removes the directory, once (later
-    calls do nothing). If nobody calls it, it runs when `owner` is garbage-collected or the
-    interpreter exits, so a dropped environment does not leak its directory. It holds the path, not
-    `owner`, so it never keeps `owner` alive.
-    """
-    path = make_workdir(prefix, disk_mb)
-    return path, weakref.finalize(owner, remove_workdir, path)
-
-
-def remove_workdir(path: str | Path) -> None:
-    """`rm -rf path`, also when the agent took away its own permissions. Never follows symlinks.
-
-    Any depth: the agent may nest directories past PATH_MAX or past Python's recursion limit, where
-    Python 3.11's `os.walk` and `shutil.rmtree` fail, so coreutils walk the tree (by file descriptor).
-    """
-    path = Path(path)
-    if path.is_symlink():
-        path.unlink()
-        return
-    if not path.exists():
-        return
-    if os.path.ismount(path):  # its own tmpfs: unmounting frees everything in it
-        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(path)], capture_output=True)  # busy: detach now, free later
-        if not os.path.ismount(path):
-            path.rmdir()
-            return
-    # A directory without r/x cannot be emptied: give every directory back to its owner first.
-    # `chmod -R` skips the symlinks it meets, so it never reaches a file outside the directory.
-    subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], capture_output=True)
-    removal = subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True, text=True)
-    if path.exists():  # something we could not remove: say so rather than leak silently
-        raise OSError(f"could not remove the episode directory {path}: {removal.stderr.strip()}")
-
-
-def walk_tree(root: str | Path, skip: tuple[str, ...] = (), max_entries: int = MAX_ENTRIES,
-              ) -> Iterator[tuple[str, os.stat_result | None]]:
-    """Every entry under `root`, as (relative path, lstat or None), sorted; never follows links.
-
-    Iterative (a stack, no recursion): a tree 100,000 directories deep is walked like a flat one.
-    A directory that cannot be listed (no permission, a path past PATH_MAX) comes as (path, None).
-    Directories named in `skip` are left out; the walk stops after `max_entries` entries.
-    """
-    root = str(root)
-    stack = [""]
-    seen = 0
-    while stack:
-        rel_dir = stack.pop()
-        try:
-            with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
-                entries = sorted((e.name, e.stat(follow_symlinks=False)) for e in it if e.name not in skip)
-        except OSError:
-            yield rel_dir, None
-            continue
-        subdirs = []
-        for name, st in entries:
-            seen += 1
-            if seen > max_entries:
-                return
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            yield rel, st
-            if stat.S_ISDIR(st.st_mode):
-                subdirs.append(rel)
-        stack.extend(reversed(subdirs))
-
-
-def disk_usage(root: str | Path, limit: int | None = None) -> int:
-    """Bytes held by the files under `root` (allocated blocks, and 4 kB per entry); stops past `limit`."""
-    total = 0
-    for _, st in walk_tree(root, max_entries=10 * MAX_ENTRIES):
-        total += 4096 + (st.st_blocks * 512 if st is not None else 0)
-        if limit is not None and total > limit:
-            break
-    return total
 
 
 # ----- is bubblewrap usable here? ----------------------------------------------------------------

@@ -5,34 +5,14 @@ Orrin Guild?"). The agent has search_qa's `search` tool and ends with ``<answer>
 sentences. There is no single right wording, so `score()` returns 0.0 and marks the episode with
 ``info["needs_judge"] = True``: only a judge (`course_lib.judge.score_group`) can reward it.
 
-Tasks are built in code from search_qa's task files (`make_tasks`): the subject is the first entity
-of a search_qa question's chain, each subject once.
+Tasks are derived from search_qa's questions by `course_lib.tasks.summarize`: the subject is the first
+entity of a search_qa question's chain, each subject once.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from course_lib.envs.search_qa import SearchQAEnv
 from course_lib.protocol import format_answer, format_tool_call
-
-
-def make_tasks(split: str = "train", limit: int | None = None) -> list[dict[str, Any]]:
-    """Summary tasks, one per distinct subject of search_qa's `split` questions."""
-    from course_lib.envs import load_tasks
-
-    tasks, seen = [], set()
-    for qa in load_tasks("search_qa", split):
-        subject = qa["chain"][0]
-        if subject in seen:
-            continue
-        seen.add(subject)
-        name = f"the {subject}" if qa["kind"].startswith(("org", "founder")) else subject
-        tasks.append({"id": f"summarize-{split}-{len(tasks):04d}", "subject": subject,
-                      "question": f"What does the encyclopedia say about {name}?", "evidence": qa["evidence"][:1]})
-        if limit is not None and len(tasks) >= limit:
-            break
-    return tasks
 
 
 class SummarizeEnv(SearchQAEnv):

@@ -1,11 +1,14 @@
-"""Shared fixtures: the real embedded model, loaded once per test session (no mocks of it)."""
+"""Shared fixtures: the real embedded model, loaded once per test session (no mocks of it), and the one
+hand-made `Trajectory` factory for tests that need a trajectory of a known shape without running a model."""
 
 import os
+from collections.abc import Hashable, Sequence
 
 import pytest
 import torch
 
 from course_lib.models import course_threads
+from course_lib.trajectory import Step, Trajectory
 
 os.environ.setdefault("COURSE_FAST", "1")
 torch.set_num_threads(course_threads())
@@ -35,3 +38,34 @@ def logprob_atol(model, fp32: float) -> float:
     a cached and a recomputed context; the tokens themselves were identical)."""
     reduced = model.course_autocast is not None or next(model.parameters()).dtype != torch.float32
     return 0.3 if reduced else fp32
+
+
+def make_trajectory(turns: Sequence[Hashable] | Sequence[tuple[Hashable, str]], reward: float = 0.0, *,
+                    traj_id: str = "g#0", group_id: str = "g", task_id: str = "task",
+                    prompt_ids: Sequence[int] = (1, 2), action_ids: Sequence[int] = (5, 6),
+                    logprob: float = -1.0) -> Trajectory:
+    """A trajectory of a known shape, laid out as `TrajectoryBuilder` lays one out (no model, no tokenizer).
+
+    turns: one entry per turn, its anchor state, or (anchor, action kind) with kind "tool_call", "answer" or
+    "malformed"; plain anchors are tool calls, the last one an answer. A malformed turn's observation
+    starts with "Error:" (what `credit.process_reward` penalises); the others read "ok".
+    Tokens: `prompt_ids` (loss_mask 0, turn_index −1), then each turn's `action_ids` (loss_mask 1, log-prob
+    `logprob`, turn_index k); no observation tokens. The last step is done and carries `reward`, as does the
+    trajectory.
+    """
+    pairs = [t if isinstance(t, tuple) else (t, "answer" if k == len(turns) - 1 else "tool_call")
+             for k, t in enumerate(turns)]
+    traj = Trajectory(task_id=task_id, group_id=group_id, traj_id=traj_id, messages=[], prompt_ids=list(prompt_ids),
+                      token_ids=list(prompt_ids), loss_mask=[0] * len(prompt_ids), logprobs=[0.0] * len(prompt_ids),
+                      turn_index=[-1] * len(prompt_ids), reward=reward)
+    for k, (anchor, kind) in enumerate(pairs):
+        last = k == len(pairs) - 1
+        traj.steps.append(Step(action_ids=list(action_ids), action_text=f"action {k}",
+                               logprobs=[logprob] * len(action_ids), anchor=anchor, info={"action_kind": kind},
+                               observation_text="Error: bad" if kind == "malformed" else "ok",
+                               reward=reward if last else 0.0, done=last))
+        traj.token_ids += action_ids
+        traj.loss_mask += [1] * len(action_ids)
+        traj.logprobs += [logprob] * len(action_ids)
+        traj.turn_index += [k] * len(action_ids)
+    return traj

@@ -24,6 +24,7 @@ from course_lib.envs.sandbox import (
     remove_workdir,
     run_sandboxed,
     seccomp_enabled,
+    walk_tree,
 )
 from course_lib.protocol import format_answer, format_tool_call
 
@@ -206,6 +207,14 @@ def test_a_directory_chain_1500_deep_gives_reward_zero_not_an_exception(code_fix
         assert result.done and result.reward == 0.0 and result.info["hacked"] is True
     finally:
         env.close()
+
+
+def test_a_walk_cut_short_says_so(tmp_path):
+    """A walk stops after `max_entries` (no memory for a million names), with an entry that counts as a change."""
+    for i in range(30):
+        (tmp_path / f"f{i:02d}").write_text("")
+    walked = list(walk_tree(tmp_path, max_entries=5))
+    assert len(walked) == 6 and walked[-1][1] is None and "stopped" in walked[-1][0]
 
 
 def test_harness_output_that_cannot_be_parsed_is_a_mismatch():

@@ -99,7 +99,8 @@ def walk_tree(root: str | Path, skip: tuple[str, ...] = (), max_entries: int = M
 
     Iterative (a stack, no recursion): a tree 100,000 directories deep is walked like a flat one.
     A directory that cannot be listed (no permission, a path past PATH_MAX) comes as (path, None).
-    Directories named in `skip` are left out; the walk stops after `max_entries` entries.
+    Directories named in `skip` are left out; past `max_entries` entries the walk stops, after one
+    last pair ("[more than N entries; ...]", None).
     """
     root = str(root)
     stack = [""]
@@ -115,7 +116,8 @@ def walk_tree(root: str | Path, skip: tuple[str, ...] = (), max_entries: int = M
         subdirs = []
         for name, st in entries:
             seen += 1
-            if seen > max_entries:
+            if seen > max_entries:  # say so: a caller must not mistake a cut walk for the whole tree
+                yield f"[more than {max_entries} entries; the walk stopped here]", None
                 return
             rel = f"{rel_dir}/{name}" if rel_dir else name
             yield rel, st

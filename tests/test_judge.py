@@ -751,7 +751,7 @@ def test_rl_run_rewarded_only_by_the_local_judge(tmp_path, policy):
         assert r["judge_failed_groups"] == 0 and 0.0 <= r["reward"] <= 1.0
         assert r["judge_groups"] == 2 and r["judge_pointwise"] == 2 and r["judge_tokens"] > 0
         assert r["judge_calls"] + r["judge_cache_hits"] + r["judge_skipped_identical"] > 0
-    # logprob scores are continuous, so a group almost never ties: at least one update really happened
+    # P(yes) scores are continuous, so a group almost never ties: at least one update really happened
     assert any(not r.get("skipped_update") for r in rows)
     assert all(r["success"] == 0.0 for r in rows)  # success still comes from the verifier, which has none
 

@@ -1,0 +1,166 @@
+"""The shape of `course_lib`: its import graph has no cycles, the layering rules hold, modules stay small.
+
+Data flows one way: models -> protocol -> envs -> trajectory -> rollout -> losses/credit -> train -> viz.
+The graph is read from the source with `ast` (imports inside functions count too: a lazy import that
+hides a cycle is still a cycle), skipping `if TYPE_CHECKING:` blocks, which never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "course_lib"
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The course_lib modules that module `name` imports (a `from pkg import mod` names the module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if _is_type_checking(node):
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := dfs(nxt)):
+                return cycle
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := dfs(node)):
+            return cycle
+    return None
+
+
+GRAPH = import_graph()
+
+
+def _package_ancestors(module: str) -> set[str]:
+    """`course_lib.envs.code_fix` imports its packages' __init__ implicitly; those edges are not layering."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def test_the_import_graph_has_no_cycles():
+    assert "course_lib.train" in GRAPH and GRAPH["course_lib.train"], "the graph reader found no imports"
+    assert _find_cycle(GRAPH) is None, f"import cycle: {' -> '.join(_find_cycle(GRAPH))}"
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("low, forbidden", [
+    # credit takes numbers and returns advantages: no training, judging, warm start or evaluation code
+    ("course_lib.credit", ["course_lib.train", "course_lib.judge", "course_lib.judge_backends", "course_lib.sft",
+                           "course_lib.evaluate", "course_lib.checkpoint", "course_lib.rollout"]),
+    # batching and the model forward know nothing of advantages or configs
+    ("course_lib.batching", ["course_lib.credit", "course_lib.train", "course_lib.sft", "course_lib.evaluate"]),
+    # checkpoints and the metrics file take plain data, not TrainConfig
+    ("course_lib.checkpoint", ["course_lib.train", "course_lib.credit", "course_lib.evaluate"]),
+    # the judge does not import evaluation; its error types sit below the judge and its backends
+    ("course_lib.judge", ["course_lib.evaluate", "course_lib.train"]),
+    ("course_lib.judge_backends", ["course_lib.judge", "course_lib.evaluate", "course_lib.train"]),
+    ("course_lib.judge_errors", ["course_lib.judge", "course_lib.judge_backends"]),
+    # environments never import their task generators
+    ("course_lib.envs", ["course_lib.tasks"]),
+])
+def test_layering_rule(low, forbidden):
+    lows = [m for m in GRAPH if m == low or m.startswith(low + ".")]
+    assert lows, f"{low} is not a module of course_lib"
+    for module in lows:
+        reached = _reaches(GRAPH, module) - _package_ancestors(module)
+        bad = [f for f in forbidden if any(r == f or r.startswith(f + ".") for r in reached)]
+        assert not bad, f"{module} imports (directly or through others) {bad}"
+
+
+def test_task_generators_import_environments_and_selection_lives_with_them():
+    tasks = [m for m in GRAPH if m == "course_lib.tasks" or m.startswith("course_lib.tasks.")]
+    assert tasks, "course_lib.tasks is missing"
+    assert any(dep.startswith("course_lib.envs") for m in tasks for dep in GRAPH[m])
+    source = "\n".join(_modules()[m].read_text() for m in tasks)
+    assert "def filter_tasks(" in source
+
+
+def test_environment_modules_hold_no_task_generators():
+    for name, path in _modules().items():
+        if name.startswith("course_lib.envs."):
+            tree = ast.parse(path.read_text())
+            defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+            assert not defined & {"make_tasks", "generate"}, f"{name} defines {defined & {'make_tasks', 'generate'}}"
+
+
+def test_no_module_is_over_the_size_limit():
+    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+def test_no_function_is_over_the_size_limit():
+    long = {}
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long[f"{name}.{node.name}"] = lines
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"

@@ -22,33 +22,29 @@ import platform
 import shutil
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from course_lib.credit import step_group_sizes
+from course_lib import Sizes, runs_dir, wilson_interval
+from course_lib.checkpoint import read_metrics
+from course_lib.credit import CREDIT_METHODS, step_group_sizes
 from course_lib.envs import load_tasks
+from course_lib.evaluate import evaluate
 from course_lib.models import course_threads, load_policy
+from course_lib.notebook import WarmStartSizes
 from course_lib.rollout import rollout
-from course_lib.train import (
-    TrainConfig,
-    ensure_warm_start,
-    evaluate,
-    filter_tasks,
-    read_metrics,
-    runs_dir,
-    train,
-    wilson_interval,
-)
+from course_lib.sft import ensure_warm_start, filter_tasks
+from course_lib.train import TrainConfig, train
 
-METHODS = ("outcome", "gigpo", "turn", "critic")
+METHODS = tuple(CREDIT_METHODS)  # every registered credit method
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-@dataclass
-class Preset:
+@dataclass(frozen=True)
+class Preset(Sizes):
     """One budget, identical for every method."""
 
     steps: int  # RL steps per run
@@ -57,22 +53,22 @@ class Preset:
     max_new_tokens: int  # tokens per model turn
     eval_tasks: int  # held-out tasks per evaluation
     eval_every: int  # evaluation period in steps (0: at the end only; step 0 is the shared start_eval)
-    warm: dict = field(default_factory=dict)  # warm-start options (shared by all methods)
+    warm: WarmStartSizes  # the warm start (shared by all methods)
     lr: float = 2e-5
     max_turns: int | None = None  # None: the environment's turn limit below; the tiny preset shortens it
 
 
 PRESETS = {
     "tiny": Preset(steps=1, tasks_per_step=1, group_size=2, max_new_tokens=16, eval_tasks=2, eval_every=1,
-                   warm={"n_demos": 2, "steps": 1, "batch_size": 2}, max_turns=2),
+                   warm=WarmStartSizes(n_demos=2, steps=1, batch_size=2), max_turns=2),
     # cpu: sized so that 2 environments x 4 methods x 3 seeds run in about an hour and a half on one core of a
     # 2-core machine (measured there: ~200 trained tokens/s and ~10 s per greedy gridworld episode per core).
     # A short budget: its table says what 32 rollouts of RL per run can and cannot show, not what the
     # methods reach. The warm start is three times the notebooks' fast one, so that groups have mixed rewards.
     "cpu": Preset(steps=4, tasks_per_step=2, group_size=4, max_new_tokens=32, eval_tasks=16, eval_every=0,
-                  warm={"n_demos": 96, "steps": 24, "batch_size": 4, "lr": 1e-4}, lr=4e-5),
+                  warm=WarmStartSizes(n_demos=96, steps=24, batch_size=4, lr=1e-4), lr=4e-5),
     "gpu": Preset(steps=60, tasks_per_step=16, group_size=8, max_new_tokens=64, eval_tasks=200, eval_every=10,
-                  warm={"n_demos": 512, "steps": 96, "batch_size": 16}),
+                  warm=WarmStartSizes(n_demos=512, steps=96, batch_size=16)),
 }
 # Per environment: turn limit, and the task filter that leaves RL room above the warm start.
 ENV_OPTIONS = {
@@ -312,7 +308,7 @@ def main(argv: list[str] | None = None) -> dict:
     preset = PRESETS[args.size]
     results, group_stats = [], {}
     for env in args.envs:
-        warm = ensure_warm_start(env, task_filter=ENV_OPTIONS[env]["warm_filter"], progress=False, **preset.warm)
+        warm = ensure_warm_start(env, task_filter=ENV_OPTIONS[env]["warm_filter"], progress=False, **preset.warm.options())
         group_stats[env] = step_group_stats(env, warm, preset, args.size)
         start = start_eval(args.size, env, warm)
         print(f"{env:<10} warm start: held-out success {start['success']:.3f} on {start['n']} tasks", flush=True)

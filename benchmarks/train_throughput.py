@@ -142,7 +142,7 @@ def main() -> None:
         r = measure(model, tokenizer, demos, bf16=bf16, token_budget=args.token_budget, repeats=args.repeats,
                     device=device)
         # FLOPs actually done: 6 per parameter per token through the body, and through the output layer
-        # only for the positions that predict a model token (course_lib.train._forward skips the rest).
+        # only for the positions that predict a model token (course_lib.batching.forward_logprobs skips the rest).
         flops = 6 * (body_params * r["train_tokens"] + head_params * scored)
         achieved = flops / r["seconds_update"]
         results[name] = (achieved / peak, r["padding_fraction"], flops, peak)

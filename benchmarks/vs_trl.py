@@ -28,10 +28,13 @@ from pathlib import Path
 
 import torch
 
+from course_lib.checkpoint import read_metrics
 from course_lib.envs import load_tasks
+from course_lib.evaluate import evaluate
 from course_lib.integrations.trl import build_trainer, grpo_config, task_dataset
 from course_lib.models import resolve_model_path
-from course_lib.train import TrainConfig, ensure_warm_start, evaluate, read_metrics, train
+from course_lib.sft import ensure_warm_start
+from course_lib.train import TrainConfig, train
 
 
 class PeakMemory:

@@ -6,7 +6,7 @@ many groups have all rewards equal. Notebook 11 chose its full-mode warm start (
 
     python benchmarks/warm_start_signal.py [--env lookup] [--steps 4 8 48] [--tasks 40] [--group-size 4]
 
-Warm starts use the course's full-mode recipe (`course_lib.notebook.WARM_START["full"]`) with `steps`
+Warm starts use the course's full-mode recipe (`course_lib.notebook.WARM_START["full"]`, a frozen `WarmStartSizes`) with `steps`
 replaced; they are cached under runs/warm_start/, so a second run only samples.
 """
 
@@ -21,7 +21,7 @@ from course_lib.envs import load_tasks
 from course_lib.models import load_policy
 from course_lib.notebook import WARM_START
 from course_lib.rollout import rollout
-from course_lib.train import ensure_warm_start
+from course_lib.sft import ensure_warm_start
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
     print(f"{'warm-start steps':>16}{'train s':>9}{'mean reward':>13}{'groups all equal':>18}{'sample s':>10}")
     for steps in args.steps:
         t0 = time.perf_counter()
-        path = ensure_warm_start(args.env, **{**WARM_START["full"], "steps": steps, "progress": False})
+        path = ensure_warm_start(args.env, **WARM_START["full"].replace(steps=steps).options(), progress=False)
         trained = time.perf_counter() - t0  # ~0 when the warm start was cached
         model, tokenizer = load_policy(str(path))
         t0 = time.perf_counter()

@@ -5,45 +5,37 @@
     python -m course_lib sft --env search_qa --steps 32 --run-dir runs/sft
     python -m course_lib demo            # warm start + RL on the embedded model (COURSE_FAST=1: tiny)
 
-Every `TrainConfig` field but the Python objects (callables, the judge) is a `train` option
-(`--tasks-per-step 4`, `--task-filter '{"hops": 2}'`).
+Every `TrainConfig` field is a `train` option (`--tasks-per-step 4`, `--task-filter '{"hops": 2}'`); the
+options of `eval` and `sft` are the arguments of `evaluate` and `warm_start`, with their defaults.
+A judge backend is a Python object: pass it to `train(config, judge=...)` from Python.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
-import os
 import random
 import sys
 import time
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from course_lib import Sizes, fast_mode, runs_dir
+from course_lib.checkpoint import read_metrics
 from course_lib.envs import load_tasks
+from course_lib.evaluate import evaluate
 from course_lib.models import course_threads, load_policy
 from course_lib.rollout import rollout
-from course_lib.train import (
-    TrainConfig,
-    _check,
-    config_tasks,
-    ensure_warm_start,
-    evaluate,
-    filter_tasks,
-    read_metrics,
-    runs_dir,
-    train,
-    warm_start,
-)
+from course_lib.sft import ensure_warm_start, filter_tasks, warm_start
+from course_lib.train import TrainConfig, _check, config_tasks, train
 from course_lib.viz import mask_text
-
-# Python objects (callables, the judge backend): set them from code, not the command line.
-_SKIP = {"turn_reward_fn", "reward_fn", "loss_hook", "judge"}
 
 
 def _parse_value(text: str) -> Any:
@@ -56,10 +48,36 @@ def _parse_value(text: str) -> Any:
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(TrainConfig):
-        if f.name in _SKIP:
-            continue
         parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=_parse_value, default=None,
                             help=f"default: {f.default!r}")
+
+
+# Arguments of `evaluate` and `warm_start` that the command line sets: the others are Python objects (a
+# tokenizer, a task list) or fixed here (progress bars on). Only the arguments without a default get one.
+_FROM_SIGNATURE = {
+    "eval": (evaluate, {"model_or_path": "model"}, {"model_or_path": "smollm2-135m", "env": "search_qa"},
+             {"split": ("train", "test")}, {"tokenizer", "tasks", "progress"}),
+    "sft": (warm_start, {}, {}, {"mask": ("assistant", "none")}, {"tasks", "progress"}),
+}
+
+
+def _add_signature_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """One option per argument of the command's function, its default taken from the function's signature."""
+    fn, renamed, fallback, choices, skipped = _FROM_SIGNATURE[command]
+    for name, param in inspect.signature(fn).parameters.items():
+        if name in skipped:
+            continue
+        default = fallback[name] if param.default is inspect.Parameter.empty else param.default
+        parser.add_argument("--" + renamed.get(name, name).replace("_", "-"), dest=name, type=_parse_value,
+                            default=default, choices=choices.get(name), help=f"default: {default!r}")
+
+
+def _signature_values(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """The command's arguments from the parsed options, each as its annotated type."""
+    fn, _, _, _, skipped = _FROM_SIGNATURE[command]
+    hints = typing.get_type_hints(fn)
+    return {name: _typed(name, getattr(args, name), hints.get(name, Any))
+            for name in inspect.signature(fn).parameters if name not in skipped}
 
 
 def _typed(name: str, value: Any, hint: Any) -> Any:
@@ -91,7 +109,7 @@ def _typed(name: str, value: Any, hint: Any) -> Any:
 def _config_from(args: argparse.Namespace) -> TrainConfig:
     hints = typing.get_type_hints(TrainConfig)
     given = {f.name: _typed(f.name, getattr(args, f.name), hints[f.name]) for f in dataclasses.fields(TrainConfig)
-             if f.name not in _SKIP and getattr(args, f.name) is not None}
+             if getattr(args, f.name) is not None}
     return TrainConfig(**given)
 
 
@@ -105,15 +123,35 @@ def _format(result: dict) -> str:
 # ------------------------------------------------------------------------------------------------------
 
 
-def demo_sizes(fast: bool) -> types.SimpleNamespace:
-    """Sizes of the demo. Full: about 30 minutes on 2 CPU cores; COURSE_FAST=1: a couple of minutes."""
-    if fast:
-        return types.SimpleNamespace(one_hop_demos=16, two_hop_demos=4, sft_steps=2, sft_batch=4, eval_tasks=4,
-                                     rl_steps=1, tasks_per_step=2, group_size=2, max_turns=3, max_new_tokens=32,
-                                     eval_every=1, rl_lr=2e-5)
-    return types.SimpleNamespace(one_hop_demos=224, two_hop_demos=32, sft_steps=32, sft_batch=8, eval_tasks=40,
-                                 rl_steps=20, tasks_per_step=4, group_size=4, max_turns=4, max_new_tokens=40,
-                                 eval_every=10, rl_lr=2e-5)
+@dataclass(frozen=True)
+class DemoSizes(Sizes):
+    """Sizes of the demo."""
+
+    one_hop_demos: int  # warm-start demonstrations on one-hop questions
+    two_hop_demos: int  # ... and on two-hop ones
+    sft_steps: int
+    sft_batch: int
+    eval_tasks: int  # held-out two-hop test questions
+    rl_steps: int
+    tasks_per_step: int
+    group_size: int
+    max_turns: int
+    max_new_tokens: int
+    eval_every: int
+    rl_lr: float = 2e-5
+
+
+DEMO_SIZES = {  # full: about 30 minutes on 2 CPU cores; fast (COURSE_FAST=1): a couple of minutes
+    "fast": DemoSizes(one_hop_demos=16, two_hop_demos=4, sft_steps=2, sft_batch=4, eval_tasks=4, rl_steps=1,
+                      tasks_per_step=2, group_size=2, max_turns=3, max_new_tokens=32, eval_every=1),
+    "full": DemoSizes(one_hop_demos=224, two_hop_demos=32, sft_steps=32, sft_batch=8, eval_tasks=40, rl_steps=20,
+                      tasks_per_step=4, group_size=4, max_turns=4, max_new_tokens=40, eval_every=10),
+}
+
+
+def demo_sizes(fast: bool) -> DemoSizes:
+    """Sizes of the demo: DEMO_SIZES["fast"] or DEMO_SIZES["full"]."""
+    return DEMO_SIZES["fast" if fast else "full"]
 
 
 def _demo_tasks(n_one: int, n_two: int, seed: int) -> list[dict]:
@@ -167,7 +205,7 @@ def _verdict(warm: dict, final: dict) -> str:
     return "RL did NOT improve on the warm start with this budget."
 
 
-def held_out_episode(model_path: Path, task: dict, sizes: types.SimpleNamespace) -> str:
+def held_out_episode(model_path: Path, task: dict, sizes: DemoSizes) -> str:
     """One greedy episode of the model at `model_path` on `task`, as mask text, with its outcome."""
     model, tokenizer = load_policy(str(model_path))
     (group,) = rollout(model, tokenizer, "search_qa", [task], group_size=1, max_turns=sizes.max_turns,
@@ -185,7 +223,7 @@ def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int 
     Prints base / after warm start / after RL held-out success on two-hop test questions with 95%
     intervals; writes learning_curve.png and report.md into run_dir.
     """
-    fast = os.environ.get("COURSE_FAST") == "1" if fast is None else fast
+    fast = fast_mode() if fast is None else fast
     sizes = demo_sizes(fast)
     run_dir = Path(run_dir) if run_dir else runs_dir() / ("demo-fast" if fast else "demo")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -260,29 +298,13 @@ Learning curve: learning_curve.png; per-step metrics: rl/metrics.jsonl; one held
 
 def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(course_threads())
-    parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__.split("\n")[0], allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_config_options(sub.add_parser("train", help="RL training (resumes an existing run dir)"))
-    p_eval = sub.add_parser("eval", help="held-out greedy success with a 95%% interval")
-    p_eval.add_argument("--model", default="smollm2-135m")
-    p_eval.add_argument("--env", default="search_qa")
-    p_eval.add_argument("--split", choices=["train", "test"], default="test")
-    p_eval.add_argument("--n-tasks", type=int, default=32)
-    p_eval.add_argument("--task-filter", type=json.loads, default=None)
-    p_eval.add_argument("--max-turns", type=int, default=4)
-    p_eval.add_argument("--max-new-tokens", type=int, default=48)
-    p_sft = sub.add_parser("sft", help="supervised warm start on expert demonstrations")
-    p_sft.add_argument("--env", default="search_qa")
-    p_sft.add_argument("--model", default="smollm2-135m")
-    p_sft.add_argument("--run-dir", default="runs/sft")
-    p_sft.add_argument("--n-demos", type=int, default=256)
-    p_sft.add_argument("--steps", type=int, default=32)
-    p_sft.add_argument("--lr", type=float, default=5e-5)
-    p_sft.add_argument("--batch-size", type=int, default=8)
-    p_sft.add_argument("--mask", choices=["assistant", "none"], default="assistant")
-    p_sft.add_argument("--task-filter", type=json.loads, default=None)
-    p_sft.add_argument("--seed", type=int, default=0)
-    p_demo = sub.add_parser("demo", help="warm start + RL on the embedded model (COURSE_FAST=1: tiny)")
+    _add_config_options(sub.add_parser("train", help="RL training (resumes an existing run dir)", allow_abbrev=False))
+    _add_signature_options(sub.add_parser("eval", help="held-out greedy success with a 95%% interval", allow_abbrev=False), "eval")
+    _add_signature_options(sub.add_parser("sft", help="supervised warm start on expert demonstrations", allow_abbrev=False), "sft")
+    p_demo = sub.add_parser("demo", help="warm start + RL on the embedded model (COURSE_FAST=1: tiny)",
+                            allow_abbrev=False)
     p_demo.add_argument("--run-dir", default=None, help="default: runs/demo (runs/demo-fast with COURSE_FAST=1)")
     p_demo.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -302,13 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         result = train(_config_from(args))
         print(json.dumps(result, indent=1))
     elif args.command == "eval":
-        result = evaluate(args.model, args.env, args.split, args.n_tasks, task_filter=args.task_filter,
-                          max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, progress=True)
-        print(f"{args.model} on {args.env}/{args.split}: {_format(result)}")
+        result = evaluate(**_signature_values(args, "eval"), progress=True)
+        print(f"{args.model_or_path} on {args.env}/{args.split}: {_format(result)}")
     elif args.command == "sft":
-        path = warm_start(args.env, model=args.model, n_demos=args.n_demos, steps=args.steps, lr=args.lr,
-                          batch_size=args.batch_size, run_dir=args.run_dir, mask=args.mask,
-                          task_filter=args.task_filter, seed=args.seed)
+        path = warm_start(**_signature_values(args, "sft"))
         print(f"warm-start checkpoint: {path}")
     else:
         demo(args.run_dir, seed=args.seed)

@@ -4,19 +4,29 @@
     gigpo_advantages     + step groups of rows that share an anchor state (GiGPO)               notebook 06
     turn_advantages      + per-turn rewards from a process reward or a turn judge               notebook 07
     gae, ValueHead,      a learned critic V and turn-level GAE(γ, λ), PPO value loss            notebook 08
-    value_loss
+    value_loss, state_positions
+    process_reward       the one rule for a per-turn process reward                             notebook 07
     broadcast_to_tokens  one advantage per turn -> one per token, for `policy_loss`
+    advantages(method, inputs, **options)   the one dispatch from a method name to advantages
 
 A "group" is the set of rollouts of one task (same prompt); only rollouts of one group are compared.
 Inputs are flat lists, one entry per row, with `group_ids` and `traj_ids` naming the row's group and
 trajectory; the rows of one trajectory come in time order.
+
+The credit methods the trainer, `viz.credit_table` and the shoot-out know are the functions registered
+with `@credit_method(...)` at the end of this module: a new method is one such function (and its tests).
+This module imports no training code: it takes numbers (rewards, turn rewards, values, anchors, masks)
+and returns advantages.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from difflib import SequenceMatcher
+from typing import Any
 
 import torch
 from torch import nn
@@ -39,9 +49,8 @@ def _rows_by_key(keys: Sequence[Hashable]) -> dict[Hashable, list[int]]:
     return rows
 
 
-def _normalise_in_groups(
-    values: torch.Tensor, group_keys: Sequence[Hashable], *, scale: str, eps: float
-) -> torch.Tensor:
+def _normalise_in_groups(values: torch.Tensor, group_keys: Sequence[Hashable], *, scale: str,
+                         eps: float) -> torch.Tensor:
     """(x − group mean) / (unbiased group std + eps) with scale="group", x − group mean with scale="none".
 
     A group of one row, or a group whose values are all equal, gets exactly 0 (no signal to compare).
@@ -65,13 +74,8 @@ def _normalise_in_groups(
 # ---------------------------------------------------------------------------------------------------------
 
 
-def outcome_advantages(
-    rewards: Sequence[float] | torch.Tensor,
-    group_ids: Sequence[Hashable],
-    *,
-    scale: str = "group",
-    eps: float = 1e-4,
-) -> torch.Tensor:
+def outcome_advantages(rewards: Sequence[float] | torch.Tensor, group_ids: Sequence[Hashable], *,
+                       scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
     """Group-normalised outcome advantage, one per trajectory.
 
         A(τ_i) = (R(τ_i) − mean_g R) / (std_g R + eps)     scale="group" (std with N−1, as TRL)
@@ -88,9 +92,8 @@ def outcome_advantages(
 # ---------------------------------------------------------------------------------------------------------
 
 
-def discounted_returns(
-    rewards: Sequence[float] | torch.Tensor, traj_ids: Sequence[Hashable], *, gamma: float
-) -> torch.Tensor:
+def discounted_returns(rewards: Sequence[float] | torch.Tensor, traj_ids: Sequence[Hashable], *,
+                       gamma: float) -> torch.Tensor:
     """G_t = r_t + γ·G_{t+1} within each trajectory (G after the last row is 0). [N] -> [N]."""
     rewards = _as_float_tensor(rewards)
     returns = torch.zeros_like(rewards)
@@ -102,9 +105,8 @@ def discounted_returns(
     return returns
 
 
-def step_group_ids(
-    anchors: Sequence[Hashable], group_ids: Sequence[Hashable], *, similarity: float | None = None
-) -> list[int]:
+def step_group_ids(anchors: Sequence[Hashable], group_ids: Sequence[Hashable], *,
+                   similarity: float | None = None) -> list[int]:
     """The step group of every row: rows of one group (task) whose anchor states match.
 
     Exact mode (similarity=None): anchors match when equal. Similarity mode: greedy clustering in row
@@ -141,27 +143,18 @@ def step_group_ids(
     return ids
 
 
-def step_group_sizes(
-    anchors: Sequence[Hashable], group_ids: Sequence[Hashable], *, similarity: float | None = None
-) -> list[int]:
+def step_group_sizes(anchors: Sequence[Hashable], group_ids: Sequence[Hashable], *,
+                     similarity: float | None = None) -> list[int]:
     """Size of every step group (one entry per step group, in order of first appearance), for the
     step-group size histogram of notebook 06. A size of 1 means that row got no step-level signal."""
     counts = Counter(step_group_ids(anchors, group_ids, similarity=similarity))
     return [counts[s] for s in sorted(counts)]
 
 
-def gigpo_advantages(
-    step_rewards: Sequence[float] | torch.Tensor,
-    anchors: Sequence[Hashable],
-    group_ids: Sequence[Hashable],
-    traj_ids: Sequence[Hashable],
-    *,
-    gamma: float = 0.95,
-    omega: float = 1.0,
-    scale: str = "group",
-    eps: float = 1e-6,
-    similarity: float | None = None,
-) -> torch.Tensor:
+def gigpo_advantages(step_rewards: Sequence[float] | torch.Tensor, anchors: Sequence[Hashable],
+                     group_ids: Sequence[Hashable], traj_ids: Sequence[Hashable], *, gamma: float = 0.95,
+                     omega: float = 1.0, scale: str = "group", eps: float = 1e-6,
+                     similarity: float | None = None) -> torch.Tensor:
     """GiGPO advantage (Feng et al. 2025), one per environment step (row).
 
     Episode level (paper Eq. 3), one value per trajectory, normalised over the trajectories of its group:
@@ -205,17 +198,9 @@ def gigpo_advantages(
 # ---------------------------------------------------------------------------------------------------------
 
 
-def turn_advantages(
-    turn_rewards: Sequence[float] | torch.Tensor,
-    outcome_rewards: Sequence[float] | torch.Tensor,
-    group_ids: Sequence[Hashable],
-    traj_ids: Sequence[Hashable],
-    *,
-    weight: float = 0.5,
-    gamma: float = 1.0,
-    scale: str = "group",
-    eps: float = 1e-4,
-) -> torch.Tensor:
+def turn_advantages(turn_rewards: Sequence[float] | torch.Tensor, outcome_rewards: Sequence[float] | torch.Tensor,
+                    group_ids: Sequence[Hashable], traj_ids: Sequence[Hashable], *, weight: float = 0.5,
+                    gamma: float = 1.0, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
     """Outcome advantage plus a turn-level advantage from per-turn rewards, one per turn (row).
 
         A(τ, t) = A_O(τ) + weight · A_T(τ, t)
@@ -246,9 +231,7 @@ def turn_advantages(
     traj_keys = list(zip(group_ids, traj_ids))
     traj_rows = _rows_by_key(traj_keys)
     first_rows = [rows[0] for rows in traj_rows.values()]
-    outcome_adv = outcome_advantages(
-        outcome_rewards[first_rows], [g for g, _ in traj_rows], scale=scale, eps=eps
-    )
+    outcome_adv = outcome_advantages(outcome_rewards[first_rows], [g for g, _ in traj_rows], scale=scale, eps=eps)
     advantages = torch.zeros_like(turn_rewards)
     turn_index = [0] * len(turn_rewards)
     for adv, rows in zip(outcome_adv, traj_rows.values()):
@@ -261,9 +244,7 @@ def turn_advantages(
     return advantages + weight * turn_adv
 
 
-def broadcast_to_tokens(
-    turn_advantages_per_row: torch.Tensor, turn_index_per_token: torch.Tensor
-) -> torch.Tensor:
+def broadcast_to_tokens(turn_advantages_per_row: torch.Tensor, turn_index_per_token: torch.Tensor) -> torch.Tensor:
     """Per-token advantages from per-turn ones: out[..., j] = A[..., turn_index[j]], and 0 where
     turn_index is −1 (the prompt, padding). A turn's observation and closing tokens carry its index, so
     they get the turn's value here: multiply by the loss mask to keep only the tokens the model chose.
@@ -280,13 +261,8 @@ def broadcast_to_tokens(
 # ---------------------------------------------------------------------------------------------------------
 
 
-def gae(
-    rewards: Sequence[float] | torch.Tensor,
-    values: Sequence[float] | torch.Tensor,
-    *,
-    gamma: float = 1.0,
-    lam: float = 0.95,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(rewards: Sequence[float] | torch.Tensor, values: Sequence[float] | torch.Tensor, *, gamma: float = 1.0,
+        lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over the turns of one finished trajectory.
 
         δ_t = r_t + γ·V_{t+1} − V_t          (V after the last turn = 0: the episode is over)
@@ -315,7 +291,7 @@ class ValueHead(nn.Module):
     Why on the policy and not a separate critic model: it reuses the features the policy already
     computes (one forward pass gives log-probs and values), it adds hidden_size + 1 parameters and no
     activation memory, and the course's 135M model is too small to split into two useful networks.
-    It is read at the last token before the turn's first sampled token (`train.state_positions`): that
+    It is read at the last token before the turn's first sampled token (`state_positions`): that
     hidden state has read the whole history of the turn and nothing of its action, so it estimates
     V(s_t). Read after the action it would estimate Q(s_t, a_t), and GAE's advantages would then average
     zero for every action.
@@ -338,14 +314,8 @@ class ValueHead(nn.Module):
         return torch.where(last_token_index >= 0, values, torch.zeros_like(values))
 
 
-def value_loss(
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor,
-    *,
-    clip: float = 0.2,
-    mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, *, clip: float = 0.2,
+               mask: torch.Tensor | None = None) -> torch.Tensor:
     """PPO's clipped value loss.
 
         V_clip = V_old + clip(V − V_old, −c, c)
@@ -359,3 +329,272 @@ def value_loss(
     clipped = old_values + torch.clamp(values - old_values, -clip, clip)
     per_turn = 0.5 * torch.maximum((values - returns) ** 2, (clipped - returns) ** 2)
     return per_turn.mean() if mask is None else masked_mean(per_turn, mask)
+
+
+def state_positions(trajectory) -> list[int]:
+    """Where the value head reads V(s_t): the position just before the first sampled token of turn t.
+
+    The hidden state there has read the whole context of turn t (prompt, earlier actions and
+    observations) and nothing of the action a_t, so what it can predict is V(s_t). Read after the
+    action, it would learn Q(s_t, a_t), and GAE's δ_t = r_t + γ·V(s_{t+1}) − V(s_t) would then average
+    zero for every action, good or bad: no signal about which action was better.
+
+    Reads the trajectory's `loss_mask`, `turn_index` and `num_turns`; returns one position per turn.
+    """
+    first: dict[int, int] = {}
+    for pos, (m, turn) in enumerate(zip(trajectory.loss_mask, trajectory.turn_index)):
+        if m and turn not in first:
+            first[turn] = pos - 1
+    return [first.get(k, 0) for k in range(trajectory.num_turns)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the process reward: one rule, used by the trainer and the credit table
+# ---------------------------------------------------------------------------------------------------------
+
+PROCESS_PENALTY = -0.1
+
+
+def process_reward(step) -> float:
+    """The default turn reward r_t: −0.1 for a malformed action or a tool error, else 0 (notebook 07).
+
+    It reads only what the environment reported: the action kind (`step.info["action_kind"]`) and an
+    observation that starts with "Error:" (how every environment reports a failed tool call), so it
+    cannot be gamed by the wording of an action; it rewards well-formed tool use, never the outcome
+    (the verifier's reward stays in charge of that).
+    """
+    bad = step.info.get("action_kind") == "malformed" or step.observation_text.startswith("Error:")
+    return PROCESS_PENALTY if bad else 0.0
+
+
+def process_rewards(trajectory) -> list[float]:  # `process_reward` of every turn, in order
+    return [process_reward(step) for step in trajectory.steps]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the dispatch: a method name -> per-turn advantages
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreditInputs:
+    """The numbers a credit method reads, for a batch of trajectories: entry i describes trajectory i,
+    and per-turn entries are one list per trajectory (turns in time order).
+
+        group_ids[i], traj_ids[i]   names (only trajectories of one group are compared)
+        rewards[i]                  R(τ_i), the training reward
+        step_rewards[i][t]          the environment's reward of turn t (the last turn carries R(τ_i))
+        anchors[i][t]               the observation turn t answered (GiGPO's anchor state)
+        turn_rewards[i][t]          a per-turn process or judge reward (None: not computed)
+        values[i][t]                the critic's V(s_t) (None: no critic)
+    """
+
+    group_ids: list[Hashable]
+    traj_ids: list[Hashable]
+    rewards: list[float]
+    step_rewards: list[list[float]]
+    anchors: list[list[Hashable]]
+    turn_rewards: list[list[float]] | None = None
+    values: list[list[float]] | None = None
+
+    @classmethod
+    def of(cls, trajectories: Sequence, *, turn_rewards: Sequence[Sequence[float]] | None = None,
+           values: Sequence[Sequence[float]] | None = None) -> CreditInputs:
+        """The inputs of trajectories (`group_id`, `traj_id`, `reward`, `steps` with `reward` and `anchor`)."""
+        return cls(group_ids=[t.group_id for t in trajectories], traj_ids=[t.traj_id for t in trajectories],
+                   rewards=[float(t.reward) for t in trajectories],
+                   step_rewards=[[float(s.reward) for s in t.steps] for t in trajectories],
+                   anchors=[[s.anchor for s in t.steps] for t in trajectories],
+                   turn_rewards=None if turn_rewards is None else [[float(r) for r in rs] for rs in turn_rewards],
+                   values=None if values is None else [[float(v) for v in vs] for vs in values])
+
+    @property
+    def num_turns(self) -> list[int]:  # turns of each trajectory
+        return [len(r) for r in self.step_rewards]
+
+    def per_row(self, nested: Sequence[Sequence[Any]]) -> list[Any]:
+        """A per-turn input flattened to one entry per row (turns of trajectory 0, then 1, ...)."""
+        return [x for row in nested for x in row]
+
+    def row_ids(self) -> tuple[list[Hashable], list[Hashable]]:
+        """(group id, trajectory id) of every row."""
+        return ([g for g, k in zip(self.group_ids, self.num_turns) for _ in range(k)],
+                [i for i, k in zip(self.traj_ids, self.num_turns) for _ in range(k)])
+
+    def split(self, flat: torch.Tensor) -> list[torch.Tensor]:  # one entry per row -> one tensor per trajectory
+        return list(torch.split(flat, self.num_turns))
+
+
+@dataclass
+class CreditResult:
+    """What a credit method returns: per-turn advantages, one tensor per trajectory; the critic's value
+    targets (returns, same shapes) when the method learns values; diagnostics for the metrics row."""
+
+    advantages: list[torch.Tensor]
+    returns: list[torch.Tensor] | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+SKIP_RULES = ("equal_rewards", "zero_advantages", "never")
+
+
+@dataclass(frozen=True)
+class CreditMethod:
+    """A registered credit method: its function, the optional inputs it reads ("turn_rewards",
+    "values"), which groups the update skips, and its keyword options with their defaults."""
+
+    name: str
+    compute: Callable[..., CreditResult | list[torch.Tensor]]
+    needs: frozenset[str]
+    skip: str
+    options: dict[str, Any]
+
+
+CREDIT_METHODS: dict[str, CreditMethod] = {}
+
+
+def credit_method(name: str, *, needs: Sequence[str] = (), skip: str = "zero_advantages"):
+    """Register `compute(inputs: CreditInputs, **options) -> CreditResult | per-turn advantages` as
+    credit method `name`. needs: the optional inputs it reads ("turn_rewards", "values"; "values" also
+    gives the trainer a value head and a value loss on `CreditResult.returns`). skip: the groups the
+    update leaves out, "equal_rewards" (all rewards R equal), "zero_advantages" (all advantages 0) or
+    "never". Its keyword arguments are its options, which `advantages` passes through."""
+    if set(needs) - {"turn_rewards", "values"} or skip not in SKIP_RULES:
+        raise ValueError(f"needs: turn_rewards and/or values (got {needs}); skip: one of {SKIP_RULES} (got {skip!r})")
+
+    def register(compute):
+        params = list(inspect.signature(compute).parameters.values())[1:]
+        CREDIT_METHODS[name] = CreditMethod(name, compute, frozenset(needs), skip,
+                                            {p.name: p.default for p in params})
+        return compute
+
+    return register
+
+
+def credit_method_named(name: str) -> CreditMethod:
+    """The registered method `name`, or a ValueError that lists the methods."""
+    if name not in CREDIT_METHODS:
+        raise ValueError(f"credit {name!r} is not known; methods are: {', '.join(CREDIT_METHODS)}")
+    return CREDIT_METHODS[name]
+
+
+def credit_options() -> set[str]:  # every option some credit method takes (what `advantages` accepts)
+    return {name for m in CREDIT_METHODS.values() for name in m.options}
+
+
+def advantages(method: str, inputs: CreditInputs, **options: Any) -> CreditResult:
+    """Per-turn advantages of every trajectory under credit method `method`: the one place where a method
+    name picks the computation (the trainer, `viz.credit_table` and the shoot-out all come here).
+
+    options: keyword options of the methods (e.g. gamma, omega, turn_weight, gae_lambda); each method
+    takes those it names and ignores the others, so a caller can pass one set for every method. An
+    option that no method takes is an error (a typo would otherwise change nothing without a word).
+    """
+    spec = credit_method_named(method)
+    unknown = sorted(set(options) - credit_options())
+    if unknown:
+        raise ValueError(f"no credit method takes the option(s) {unknown}; options are: {', '.join(sorted(credit_options()))}")
+    missing = sorted(n for n in spec.needs if getattr(inputs, n) is None)
+    if missing:
+        raise ValueError(f"credit {method!r} needs {' and '.join(missing)} in its inputs")
+    out = spec.compute(inputs, **{k: v for k, v in options.items() if k in spec.options})
+    result = out if isinstance(out, CreditResult) else CreditResult(list(out))
+    if [len(a) for a in result.advantages] != inputs.num_turns:
+        raise ValueError(f"credit {method!r} must return one advantage per turn of every trajectory")
+    return result
+
+
+def groups_to_train(method: str, inputs: CreditInputs, result: CreditResult) -> list[Hashable]:
+    """The group ids whose trajectories the update trains on (first-seen order), by the method's rule.
+
+    equal_rewards (outcome, turn): a group whose rewards are all equal is skipped. Under outcome credit
+    its advantages are all 0 (no gradient); under turn credit only the turn term would be left, and the
+    verifier stays in charge: turn rewards alone (a judge's taste) never train the model.
+    zero_advantages (gigpo): skipped only when all its advantages are 0. GiGPO's step advantages come
+    from the environment's own rewards, discounted, so they still separate the members of an
+    all-success group (a shorter path through the same state scores higher).
+    never (critic): the critic learns from every group; its baseline is V, not the group mean.
+    """
+    rule = credit_method_named(method).skip
+    members = _rows_by_key(inputs.group_ids)
+    keep = []
+    for group, rows in members.items():
+        if rule == "equal_rewards":
+            signal = len({inputs.rewards[i] for i in rows}) > 1
+        else:
+            signal = rule == "never" or any(bool((result.advantages[i] != 0).any()) for i in rows)
+        if signal:
+            keep.append(group)
+    return keep
+
+
+def to_tokens(per_turn: torch.Tensor, turn_index: Sequence[int], loss_mask: Sequence[int]) -> torch.Tensor:
+    """One advantage per token from one per turn: A[turn_index[j]] where loss_mask[j] = 1, else 0 (a turn's
+    observation and closing tokens carry its turn index but were not sampled). [K] -> [T]."""
+    mask = torch.tensor(loss_mask, dtype=torch.float32)
+    if len(per_turn) == 0:
+        return torch.zeros_like(mask)
+    return broadcast_to_tokens(per_turn.float(), torch.tensor(turn_index)) * mask
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the methods
+# ---------------------------------------------------------------------------------------------------------
+
+
+@credit_method("outcome", skip="equal_rewards")
+def outcome_credit(inputs: CreditInputs, *, scale: str = "group") -> list[torch.Tensor]:
+    """GRPO: R(τ) normalised within its group (`outcome_advantages`), the same on every turn of τ."""
+    return [a.repeat(k) for a, k in zip(outcome_advantages(inputs.rewards, inputs.group_ids, scale=scale),
+                                        inputs.num_turns)]
+
+
+@credit_method("gigpo", skip="zero_advantages")
+def gigpo_credit(inputs: CreditInputs, *, gamma: float = 0.95, omega: float = 1.0,
+                 similarity: float | None = None, scale: str = "group") -> CreditResult:
+    """GiGPO: episode advantage + ω · step advantage within anchor-state step groups (`gigpo_advantages`)."""
+    anchors = inputs.per_row(inputs.anchors)
+    if not anchors:
+        return CreditResult([torch.zeros(0) for _ in inputs.rewards])
+    group_ids, traj_ids = inputs.row_ids()
+    flat = gigpo_advantages(inputs.per_row(inputs.step_rewards), anchors, group_ids, traj_ids, gamma=gamma,
+                            omega=omega, scale=scale, similarity=similarity)
+    sizes = step_group_sizes(anchors, group_ids, similarity=similarity)
+    return CreditResult(inputs.split(flat), stats={"step_group_sizes": dict(sorted(Counter(sizes).items())),
+                                                   "step_group_size_mean": sum(sizes) / len(sizes)})
+
+
+@credit_method("turn", needs=("turn_rewards",), skip="equal_rewards")
+def turn_credit(inputs: CreditInputs, *, turn_weight: float = 0.5, gamma: float = 0.95,
+                scale: str = "group") -> list[torch.Tensor]:
+    """Outcome + turn_weight · turn-level advantage of per-turn rewards (`turn_advantages`)."""
+    group_ids, traj_ids = inputs.row_ids()
+    if not group_ids:
+        return [torch.zeros(0) for _ in inputs.rewards]
+    outcome = [r for r, k in zip(inputs.rewards, inputs.num_turns) for _ in range(k)]
+    flat = turn_advantages(inputs.per_row(inputs.turn_rewards), outcome, group_ids, traj_ids,
+                           weight=turn_weight, gamma=gamma, scale=scale)
+    return inputs.split(flat)
+
+
+@credit_method("critic", needs=("turn_rewards", "values"), skip="never")
+def critic_credit(inputs: CreditInputs, *, gae_gamma: float = 1.0, gae_lambda: float = 0.95,
+                  whiten: bool = True) -> CreditResult:
+    """A learned critic: turn-level GAE(γ, λ) with the values V(s_t) (`gae`); returns are V's targets.
+
+    Per-turn rewards: each turn's reward r_t plus R(τ) on the last turn. whiten=True normalises the
+    advantages over the whole batch, (A − mean) / (std + 1e-6) (PPO's usual normalisation).
+    """
+    per_turn, returns = [], []
+    for r, v, R in zip(inputs.turn_rewards, inputs.values, inputs.rewards):
+        r = list(r)
+        if r:
+            r[-1] += R
+        a, ret = gae(r, v, gamma=gae_gamma, lam=gae_lambda)
+        per_turn.append(a)
+        returns.append(ret)
+    flat = torch.cat(per_turn) if per_turn else torch.zeros(0)
+    if whiten and len(flat):
+        mean, std = flat.mean(), (flat.std() if len(flat) > 1 else torch.tensor(1.0))
+        per_turn = [(a - mean) / (std + 1e-6) for a in per_turn]
+    return CreditResult(per_turn, returns=returns)

@@ -9,11 +9,12 @@ import os
 import platform
 import random
 import shutil
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from course_lib import fast_mode
+from course_lib import Sizes, fast_mode, runs_dir
 from course_lib.models import course_threads, pick_device, pick_dtype
 
 
@@ -51,8 +52,6 @@ def course_setup(seed: int = 0, threads: int | None = None, disk_warning_gb: flo
 
 
 def _free_gb_for_runs() -> float:
-    from course_lib.train import runs_dir
-
     path = runs_dir().resolve()
     while not path.exists():  # the folder is made by the first run
         path = path.parent
@@ -108,19 +107,29 @@ if __name__ == "__main__":
 
 # One warm-start recipe per environment, used by notebooks 05-09 and 11: the first notebook that needs a
 # checkpoint trains it (cached under runs/warm_start/), the others reuse it.
+@dataclass(frozen=True)
+class WarmStartSizes(Sizes):
+    """Sizes of a warm start (arguments of `sft.warm_start`)."""
+
+    n_demos: int  # expert demonstrations
+    steps: int  # AdamW steps
+    batch_size: int  # demonstrations per step
+    lr: float = 5e-5
+
+
 WARM_START = {
     # Fast: the smallest warm start that already succeeds sometimes (4x4 gridworld: 2 of 8 held-out
     # tasks, measured), so RL groups have rewards to compare; about a minute on a 2-core machine.
-    "fast": {"n_demos": 32, "steps": 12, "batch_size": 4, "lr": 1e-4},
-    "full": {"n_demos": 256, "steps": 48, "batch_size": 8, "lr": 5e-5},
+    "fast": WarmStartSizes(n_demos=32, steps=12, batch_size=4, lr=1e-4),
+    "full": WarmStartSizes(n_demos=256, steps=48, batch_size=8, lr=5e-5),
 }
 
 
 def course_warm_start(env: str, **overrides):
     """Path of the course's standard warm-start checkpoint for `env` (trained once, then cached)."""
-    from course_lib.train import ensure_warm_start
+    from course_lib.sft import ensure_warm_start
 
-    options = dict(WARM_START["fast" if fast_mode() else "full"])
+    options = WARM_START["fast" if fast_mode() else "full"].options()
     if env == "search_qa":
         options["task_filter"] = {"hops": 1}  # RL then has two-hop questions to improve on
     if env == "gridworld" and fast_mode():

@@ -312,16 +312,6 @@ def show_trajectory(trajectories: Trajectory | Sequence[Trajectory] | Trajectory
 # credit explorer: per-turn advantages under four credit methods (notebooks 05 to 08)
 # ---------------------------------------------------------------------------------------------------------
 
-CREDIT_METHODS = ("outcome", "gigpo", "turn", "critic")
-MALFORMED_PENALTY = -0.1
-
-
-def process_reward(step: Step) -> float:
-    """The default turn reward: −0.1 for a malformed action or a tool error, else 0 (notebook 07)."""
-    malformed = step.info.get("action_kind") == "malformed" or step.observation_text.startswith("Error:")
-    return MALFORMED_PENALTY if malformed else 0.0
-
-
 def _trajectories(groups: TrajectoryGroup | Sequence[TrajectoryGroup] | Sequence[Trajectory]) -> list[Trajectory]:
     if isinstance(groups, TrajectoryGroup):
         return list(groups)
@@ -331,58 +321,53 @@ def _trajectories(groups: TrajectoryGroup | Sequence[TrajectoryGroup] | Sequence
 def credit_table(
     group: TrajectoryGroup | Sequence[TrajectoryGroup] | Sequence[Trajectory],
     *,
-    methods: Sequence[str] = CREDIT_METHODS,
-    turn_rewards: Callable[[Step], float] = process_reward,
+    methods: Sequence[str] | None = None,
+    turn_rewards: Callable[[Step], float] | None = None,
     values: Callable[[Trajectory], Sequence[float]] | None = None,
     gamma: float = 0.95,
     lam: float = 0.95,
     omega: float = 1.0,
     weight: float = 0.5,
     digits: int = 4,
+    **options: Any,
 ):
     """Per-turn advantages of every trajectory under each credit method, as a pandas DataFrame.
 
     One row per (trajectory, turn t), index (trajectory, t); columns: action (shortened), reward (the
-    step reward r_t; the last turn carries R(τ)), then one column per method:
+    step reward r_t; the last turn carries R(τ)), then one column per method (default: every method of
+    `credit.CREDIT_METHODS`), each computed by `credit.advantages` (as the trainer does):
         outcome  A(τ) of `outcome_advantages`, the same on every turn
         gigpo    `gigpo_advantages` with step rewards r_t, anchors = each step's anchor (γ = gamma, ω = omega)
-        turn     `turn_advantages` with per-turn rewards `turn_rewards(step)` (default `process_reward`:
-                 −0.1 for a malformed action or tool error) mixed with `weight`
-        critic   turn-level `gae`(γ = gamma, λ = lam) on r_t with values V = `values(trajectory)` (one per
-                 turn); without a trained value head V = 0, so A_t is the λ-discounted return
+        turn     `turn_advantages` with per-turn rewards `turn_rewards(step)` (default
+                 `credit.process_reward`: −0.1 for a malformed action or tool error) mixed with `weight`, γ = gamma
+        critic   turn-level `gae`(γ = gamma, λ = lam) on the per-turn rewards plus R(τ) on the last turn, with
+                 values V = `values(trajectory)` (one per turn); without a trained value head V = 0, so A_t is
+                 the λ-discounted return. Not whitened (the trainer whitens over its whole batch).
+    `options`: further options of the credit methods (see `credit.advantages`).
     Trajectories are grouped by `group_id`. Values are rounded to `digits` (deterministic output).
     """
     import pandas as pd
 
-    from course_lib.credit import gae, gigpo_advantages, outcome_advantages, turn_advantages
+    from course_lib import credit
 
-    unknown = [m for m in methods if m not in CREDIT_METHODS]
-    if unknown:
-        raise ValueError(f"unknown credit method(s) {unknown}; methods are: {', '.join(CREDIT_METHODS)}")
+    methods = list(credit.CREDIT_METHODS) if methods is None else list(methods)
+    for method in methods:
+        credit.credit_method_named(method)  # an unknown name: a ValueError that lists the methods
     trajectories = _trajectories(group)
     rows = [(t, k, s) for t in trajectories for k, s in enumerate(t.steps)]
     if not rows:
         raise ValueError("no turns to score: every trajectory is empty")
-    group_ids = [t.group_id for t, _, _ in rows]
-    traj_ids = [t.traj_id for t, _, _ in rows]
-    step_rewards = [s.reward for _, _, s in rows]
-    columns: dict[str, list] = {"action": [_short(s.action_text, 40) for _, _, s in rows], "reward": step_rewards}
+    score = turn_rewards or credit.process_reward
+    inputs = credit.CreditInputs.of(
+        trajectories, turn_rewards=[[score(s) for s in t.steps] for t in trajectories],
+        values=[list(values(t)) if values is not None else [0.0] * t.num_turns for t in trajectories])
+    pool = {"gamma": gamma, "omega": omega, "turn_weight": weight, "gae_gamma": gamma, "gae_lambda": lam,
+            "whiten": False, **options}
+    columns: dict[str, list] = {"action": [_short(s.action_text, 40) for _, _, s in rows],
+                                "reward": [s.reward for _, _, s in rows]}
     for method in methods:
-        if method == "outcome":
-            per_traj = outcome_advantages([t.reward for t in trajectories], [t.group_id for t in trajectories])
-            columns[method] = [float(per_traj[i]) for i, t in enumerate(trajectories) for _ in t.steps]
-        elif method == "gigpo":
-            columns[method] = gigpo_advantages(step_rewards, [s.anchor for _, _, s in rows], group_ids, traj_ids,
-                                               gamma=gamma, omega=omega).tolist()
-        elif method == "turn":
-            columns[method] = turn_advantages([turn_rewards(s) for _, _, s in rows], [t.reward for t, _, _ in rows],
-                                              group_ids, traj_ids, weight=weight).tolist()
-        else:
-            critic = []
-            for t in trajectories:
-                v = list(values(t)) if values is not None else [0.0] * t.num_turns
-                critic += gae([s.reward for s in t.steps], v, gamma=gamma, lam=lam)[0].tolist()
-            columns[method] = critic
+        result = credit.advantages(method, inputs, **pool)
+        columns[method] = [float(x) for a in result.advantages for x in a]
     index = pd.MultiIndex.from_tuples([(t.traj_id, k) for t, k, _ in rows], names=["trajectory", "t"])
     table = pd.DataFrame(columns, index=index)
     numeric = ["reward", *methods]
@@ -399,7 +384,7 @@ def _advantage_color(value: float, scale: float) -> str:
 
 def credit_table_html(table) -> str:
     """A credit table as HTML with advantages shaded by sign and size (shared scale over methods)."""
-    methods = [c for c in table.columns if c in CREDIT_METHODS]
+    methods = [c for c in table.columns if c not in ("action", "reward")]
     scale = max((abs(v) for m in methods for v in table[m]), default=0.0)
     head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in ["trajectory", "t", *table.columns])
     body = []
@@ -463,7 +448,7 @@ class CreditExplorer:
 
 
 def credit_explorer(groups: TrajectoryGroup | Sequence[TrajectoryGroup], tokenizer=None,
-                    methods: Sequence[str] = CREDIT_METHODS, **table_options) -> CreditExplorer:
+                    methods: Sequence[str] | None = None, **table_options) -> CreditExplorer:
     """A dropdown over groups and the per-turn advantage table (see `credit_table` for the methods,
     `turn_rewards`, `values`, gamma, lam, omega, weight). Display the returned explorer (last line of
     a cell); without a widget frontend it shows every group's table as static HTML."""

@@ -9,18 +9,26 @@ from difflib import SequenceMatcher
 import pytest
 import torch
 
+from course_lib import credit
 from course_lib.credit import (
+    CreditInputs,
+    CreditResult,
     ValueHead,
+    advantages,
     broadcast_to_tokens,
     discounted_returns,
     gae,
     gigpo_advantages,
+    groups_to_train,
     outcome_advantages,
+    process_reward,
     step_group_ids,
     step_group_sizes,
+    to_tokens,
     turn_advantages,
     value_loss,
 )
+from course_lib.trajectory import Step
 
 
 def approx(values, abs=1e-6):
@@ -335,3 +343,101 @@ def test_group_std_is_unbiased():
     adv = outcome_advantages(rewards, [0, 0, 0], eps=0.0)
     s = statistics.stdev(rewards)
     assert adv.tolist() == approx([(r - 4 / 3) / s for r in rewards])
+
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the dispatch: advantages(method, inputs, **options)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _inputs(**more) -> CreditInputs:
+    """Group g: τa (2 turns, R = 1), τb (3 turns, R = 0, its first turn revisits s0); group h: τc alone."""
+    return CreditInputs(group_ids=["g", "g", "h"], traj_ids=["a", "b", "c"], rewards=[1.0, 0.0, 1.0],
+                        step_rewards=[[0.0, 1.0], [0.0, 0.0, 0.0], [1.0]],
+                        anchors=[["s0", "s1"], ["s0", "s0", "s2"], ["s0"]], **more)
+
+
+def test_advantages_of_each_method_are_the_functions_of_this_module():
+    inputs = _inputs(turn_rewards=[[0.0, 0.0], [-0.1, 0.0, 0.0], [0.0]], values=[[0.5, 0.5], [0.2, 0.1, 0.0], [0.3]])
+    outcome = outcome_advantages([1.0, 0.0, 1.0], ["g", "g", "h"])
+    assert [a.tolist() for a in advantages("outcome", inputs).advantages] == [
+        [outcome[0].item()] * 2, [outcome[1].item()] * 3, [0.0]]
+    rows = dict(group_ids=["g"] * 5 + ["h"], traj_ids=["a", "a", "b", "b", "b", "c"])
+    gigpo = gigpo_advantages([0.0, 1.0, 0.0, 0.0, 0.0, 1.0], ["s0", "s1", "s0", "s0", "s2", "s0"], **rows,
+                             gamma=0.5, omega=2.0)
+    result = advantages("gigpo", inputs, gamma=0.5, omega=2.0)
+    assert torch.cat(result.advantages).tolist() == approx(gigpo.tolist())
+    assert result.stats["step_group_sizes"] == {1: 3, 3: 1}  # s0 in g (3 rows), s1, s2, s0 in h
+    turn = turn_advantages([0.0, 0.0, -0.1, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0, 1.0], **rows,
+                           weight=0.3, gamma=0.9)
+    assert torch.cat(advantages("turn", inputs, turn_weight=0.3, gamma=0.9).advantages).tolist() == approx(turn.tolist())
+    critic = advantages("critic", inputs, gae_gamma=1.0, gae_lambda=0.9, whiten=False)
+    by_hand = [gae([0.0, 1.0], [0.5, 0.5], lam=0.9), gae([-0.1, 0.0, 0.0], [0.2, 0.1, 0.0], lam=0.9),
+               gae([1.0], [0.3], lam=0.9)]  # the turn rewards, plus R(τ) on the last turn
+    assert [a.tolist() for a in critic.advantages] == [approx(a.tolist()) for a, _ in by_hand]
+    assert [r.tolist() for r in critic.returns] == [approx(r.tolist()) for _, r in by_hand]
+    whitened = torch.cat(advantages("critic", inputs, gae_lambda=0.9).advantages)
+    assert whitened.mean().item() == approx(0.0) and whitened.std().item() == approx(1.0, abs=1e-4)
+
+
+def test_advantages_refuses_unknown_methods_options_and_missing_inputs():
+    with pytest.raises(ValueError, match="credit 'ppo' is not known; methods are: outcome, gigpo, turn, critic"):
+        advantages("ppo", _inputs())
+    with pytest.raises(ValueError, match=r"no credit method takes the option\(s\) \['omgea'\]"):
+        advantages("gigpo", _inputs(), omgea=0.5)
+    with pytest.raises(ValueError, match="credit 'critic' needs turn_rewards and values"):
+        advantages("critic", _inputs())
+    advantages("outcome", _inputs(), omega=0.5, gae_lambda=0.9)  # other methods' options: ignored
+
+
+def test_groups_to_train_follows_each_methods_rule():
+    inputs = CreditInputs(group_ids=["eq", "eq", "mixed", "mixed"], traj_ids=[0, 1, 2, 3], rewards=[1.0, 1.0, 0.0, 1.0],
+                          step_rewards=[[1.0], [1.0], [0.0], [1.0]], anchors=[["x"], ["x"], ["x"], ["x"]])
+    separated = CreditResult([torch.tensor([0.0]), torch.tensor([0.3]), torch.tensor([0.0]), torch.tensor([0.0])])
+    assert groups_to_train("outcome", inputs, separated) == ["mixed"]  # equal rewards: skipped
+    assert groups_to_train("gigpo", inputs, separated) == ["eq"]  # only all-zero advantages are skipped
+    assert groups_to_train("critic", inputs, separated) == ["eq", "mixed"]  # the critic learns from every group
+
+
+def test_process_reward_is_one_rule_for_errors_and_malformed_actions():
+    def step(kind: str, observation: str) -> Step:
+        return Step(action_ids=[], action_text="", logprobs=[], observation_text=observation, info={"action_kind": kind})
+
+    assert process_reward(step("malformed", "")) == process_reward(step("tool_call", "Error: no such tool")) == -0.1
+    assert process_reward(step("tool_call", "Errors found: 0")) == 0.0  # a tool's output, not an error report
+    assert process_reward(step("answer", "ok")) == 0.0
+
+
+def test_to_tokens_keeps_only_the_sampled_tokens():
+    out = to_tokens(torch.tensor([0.5, -1.0]), [-1, 0, 0, 0, 1, 1], [0, 1, 1, 0, 1, 0])
+    assert out.tolist() == [0.0, 0.5, 0.5, 0.0, -1.0, 0.0]
+    assert to_tokens(torch.zeros(0), [-1, -1], [0, 0]).tolist() == [0.0, 0.0]  # no turns: no advantage
+
+
+def test_a_new_credit_method_is_one_registered_function(monkeypatch):
+    """What "adding a credit method" takes: a function registered in the credit module. The dispatch,
+    the trainer's config check and the credit table then know it, with its own option."""
+    from course_lib import viz
+    from course_lib.train import TrainConfig, _check
+
+    monkeypatch.setattr(credit, "CREDIT_METHODS", dict(credit.CREDIT_METHODS))  # removed again after the test
+
+    @credit.credit_method("last_turn_only")
+    def last_turn_only(inputs, *, bonus: float = 1.0):
+        """R(τ) + bonus on the last turn, 0 before it."""
+        return [torch.tensor([0.0] * (k - 1) + [r + bonus]) for r, k in zip(inputs.rewards, inputs.num_turns)]
+
+    assert [a.tolist() for a in advantages("last_turn_only", _inputs(), bonus=0.5).advantages] == [
+        [0.0, 1.5], [0.0, 0.0, 0.5], [1.5]]
+    _check(TrainConfig(credit="last_turn_only", credit_options={"bonus": 2.0}))
+    assert TrainConfig(credit_options={"bonus": 2.0}).credit_option_values()["bonus"] == 2.0
+    assert "last_turn_only" in viz.credit_table(
+        [_trajectory_for_table()], methods=("outcome", "last_turn_only"), bonus=0.0).columns
+
+
+def _trajectory_for_table():
+    from course_lib.trajectory import Trajectory
+
+    steps = [Step(action_ids=[], action_text="a", logprobs=[], anchor="s", reward=1.0, done=True)]
+    return Trajectory(task_id="t", group_id="g", traj_id="x", messages=[], prompt_ids=[], steps=steps, reward=1.0)

@@ -31,14 +31,13 @@ from course_lib.train import (
     TrainConfig,
     collate,
     find_checkpoint,
-    groups_with_signal,
     loss_scale,
+    make_batch,
     pack_by_length,
     read_metrics,
     save_checkpoint,
     sft_step,
     state_positions,
-    token_advantages,
     train,
     update,
     wilson_interval,
@@ -228,9 +227,9 @@ def test_equal_reward_group_is_kept_when_gigpo_still_separates_its_members():
     the group (no outcome signal), GiGPO's discounted step advantages still learn from it (kept)."""
     group = TrajectoryGroup("g", "g@0", [_path(0, ["A", "B"]), _path(1, ["A", "C", "B", "D"])])
     for credit, kept in (("outcome", 0), ("turn", 0), ("gigpo", 1)):
-        advantages = token_advantages(list(group), TrainConfig(credit=credit), {})
-        keep, kept_advantages = groups_with_signal([group], advantages, credit=credit)
-        assert len(keep) == kept and len(kept_advantages) == 2 * kept, credit
+        batch = make_batch([group], [], TrainConfig(credit=credit))
+        assert len(batch.trajectories) == len(batch.advantages) == 2 * kept, credit
+        assert batch.skipped["no_signal"] == ([] if kept else ["g@0"]), credit
 
 
 @pytest.mark.parametrize("credit", ["outcome", "gigpo", "turn"])
@@ -244,7 +243,9 @@ def test_token_advantages_are_zero_on_every_token_the_model_did_not_sample(credi
             t.loss_mask += [1, 1, 0, 0]
             t.logprobs += [-1.0, -1.0, 0.0, 0.0]
             t.turn_index += [k] * 4
-    for t, a in zip(group, token_advantages(list(group), TrainConfig(credit=credit), {})):
+    batch = make_batch([group], [], TrainConfig(credit=credit))
+    assert batch.trajectories == list(group)
+    for t, a in zip(batch.trajectories, batch.advantages):
         mask = torch.tensor(t.loss_mask, dtype=torch.bool)
         assert not a[~mask].any() and a[mask].abs().sum() > 0
 
@@ -260,12 +261,12 @@ def test_ctrl_c_during_an_update_saves_the_finished_step(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
         return loss
 
-    config = _tiny(tmp_path, steps=3, tasks_per_step=1, reward_fn=_first_wins, max_turns=1, max_new_tokens=4,
-                   ppo_epochs=2, checkpoint_every=1, loss_hook=ctrl_c)
-    result = train(config)
+    config = _tiny(tmp_path, steps=3, tasks_per_step=1, max_turns=1, max_new_tokens=4, ppo_epochs=2,
+                   checkpoint_every=1)
+    result = train(config, reward_fn=_first_wins, loss_hook=ctrl_c)
     assert result["interrupted"] and result["step"] == 2
     assert json.loads((Path(config.run_dir) / "checkpoint" / "step.json").read_text())["step"] == 2
-    result = train(config)
+    result = train(config, reward_fn=_first_wins, loss_hook=ctrl_c)
     assert result["step"] == 3 and not result["interrupted"]
     assert [r["step"] for r in _train_rows(config.run_dir)] == [1, 2, 3]
 
@@ -276,13 +277,13 @@ def test_a_checkpoint_that_cannot_be_written_says_why_and_keeps_the_previous_one
     model, tokenizer = policy
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     config, run_dir = _tiny(tmp_path), tmp_path / "run"
-    save_checkpoint(run_dir, model, tokenizer, optimizer, None, 1, config)
+    save_checkpoint(run_dir, model, tokenizer, optimizer, None, 1, config.to_json())
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (50 * 2**20, hard))  # the weights alone are 514 MB
     try:
         with pytest.raises(OSError, match=r"could not write the checkpoint of step 2 .* GB are free .* untouched"):
-            save_checkpoint(run_dir, model, tokenizer, optimizer, None, 2, config)
+            save_checkpoint(run_dir, model, tokenizer, optimizer, None, 2, config.to_json())
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, previous_handler)
@@ -355,8 +356,8 @@ def test_sft_step_skips_a_non_finite_gradient_and_keeps_the_weights():
 
 @pytest.mark.parametrize("credit", ["outcome", "gigpo", "turn", "critic"])
 def test_one_rl_step_per_credit(tmp_path, credit):
-    config = _tiny(tmp_path, credit=credit, reward_fn=_first_wins, ppo_epochs=2 if credit == "critic" else 1)
-    result = train(config)
+    config = _tiny(tmp_path, credit=credit, ppo_epochs=2 if credit == "critic" else 1)
+    result = train(config, reward_fn=_first_wins)
     assert result["step"] == 1 and not result["interrupted"]
     (row,) = _train_rows(config.run_dir)
     assert row["skipped_groups"] == 0 and row["nonfinite"] is False
@@ -371,8 +372,8 @@ def test_one_rl_step_per_credit(tmp_path, credit):
 
 
 def test_all_equal_reward_groups_are_skipped(tmp_path):
-    config = _tiny(tmp_path, reward_fn=lambda t: 0.5, max_turns=1, max_new_tokens=8)
-    train(config)
+    config = _tiny(tmp_path, max_turns=1, max_new_tokens=8)
+    train(config, reward_fn=lambda t: 0.5)
     (row,) = _train_rows(config.run_dir)
     assert row["equal_reward_groups"] == 2 and row["skipped_groups"] == 2 and row["skipped_update"]
 
@@ -381,10 +382,9 @@ def test_nan_update_is_skipped_then_three_in_a_row_stop(tmp_path):
     def poison(step, loss):  # NaN at step 1 (skipped, the run goes on), then at 3, 4, 5 (three in a row)
         return loss * float("nan") if step in (1, 3, 4, 5) else loss
 
-    config = _tiny(tmp_path, steps=8, tasks_per_step=1, reward_fn=_first_wins, max_turns=1, max_new_tokens=4,
-                   loss_hook=poison)
+    config = _tiny(tmp_path, steps=8, tasks_per_step=1, max_turns=1, max_new_tokens=4)
     with pytest.raises(RuntimeError, match="3 updates in a row had a NaN/inf"):
-        train(config)
+        train(config, reward_fn=_first_wins, loss_hook=poison)
     rows = _train_rows(config.run_dir)
     assert [r["nonfinite"] for r in rows] == [True, False, True, True, True]
 
@@ -397,20 +397,18 @@ def test_the_nan_count_survives_a_resume_and_a_late_epoch_is_reported(tmp_path):
     def poison(step, loss):
         return loss * float("nan") if step in (2, 3, 4) else loss
 
-    config = _tiny(tmp_path, steps=3, tasks_per_step=1, reward_fn=_first_wins, max_turns=1, max_new_tokens=4,
-                   checkpoint_every=1, loss_hook=poison)
-    assert train(config)["step"] == 3  # two in a row: the run goes on
+    config = _tiny(tmp_path, steps=3, tasks_per_step=1, max_turns=1, max_new_tokens=4, checkpoint_every=1)
+    assert train(config, reward_fn=_first_wins, loss_hook=poison)["step"] == 3  # two in a row: the run goes on
     with pytest.raises(RuntimeError, match="3 updates in a row had a NaN/inf"):
-        train(dataclasses.replace(config, steps=5))
+        train(dataclasses.replace(config, steps=5), reward_fn=_first_wins, loss_hook=poison)
     assert [r["nonfinite"] for r in _train_rows(config.run_dir)] == [False, True, True, True]
 
     def late(step, loss):  # one micro-batch per epoch here: the second call is the second epoch
         calls.append(step)
         return loss * float("nan") if len(calls) == 2 else loss
 
-    config = _tiny(tmp_path / "epochs", steps=1, tasks_per_step=1, reward_fn=_first_wins, max_turns=1,
-                   max_new_tokens=4, ppo_epochs=2, loss_hook=late)
-    train(config)
+    config = _tiny(tmp_path / "epochs", steps=1, tasks_per_step=1, max_turns=1, max_new_tokens=4, ppo_epochs=2)
+    train(config, reward_fn=_first_wins, loss_hook=late)
     (row,) = _train_rows(config.run_dir)
     assert len(calls) == 2 and row["nonfinite"] and row["epochs_stepped"] == 1
 
@@ -422,7 +420,7 @@ def test_resuming_from_a_step_0_checkpoint_does_not_evaluate_step_0_again(tmp_pa
     train(config)  # evaluates step 0, trains nothing
     model, tokenizer = load_policy(config.model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
-    save_checkpoint(Path(config.run_dir), model, tokenizer, optimizer, None, 0, config)
+    save_checkpoint(Path(config.run_dir), model, tokenizer, optimizer, None, 0, config.to_json())
     assert train(config)["eval"]["step"] == 0
     evals = [r for r in read_metrics(config.run_dir) if r["kind"] == "eval"]
     assert [r["step"] for r in evals] == [0]
@@ -457,3 +455,76 @@ def test_resume_after_sigkill_loses_and_repeats_no_step(tmp_path):
     assert f"Resuming {run_dir} from step {killed_at}" in done.stdout
     assert json.loads(step_file.read_text())["step"] == steps
     assert [r["step"] for r in _train_rows(run_dir)] == list(range(1, steps + 1))  # no gap, no duplicate
+
+
+# ------------------------------------------------------------------------------------------------------
+# the layering of the training modules (issue 20): asserted on the import graph, lazy imports included
+# ------------------------------------------------------------------------------------------------------
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """course_lib module -> the course_lib modules it imports anywhere in its source."""
+    import ast
+
+    root = REPO / "course_lib"
+
+    def name(path: Path) -> str:
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    modules = {name(p): p for p in root.rglob("*.py")}
+    graph = {}
+    for module, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("course_lib"):
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[module] = {m for m in found if m in modules and m not in (module, "course_lib")}
+    return graph
+
+
+def test_the_training_modules_keep_their_layers():
+    graph = _import_graph()
+    below = {  # module -> modules it must not import
+        "course_lib.credit": {"course_lib.train", "course_lib.judge", "course_lib.sft", "course_lib.evaluate",
+                              "course_lib.batching", "course_lib.checkpoint", "course_lib.rollout"},
+        "course_lib.batching": {"course_lib.credit", "course_lib.train", "course_lib.sft", "course_lib.checkpoint",
+                                "course_lib.evaluate", "course_lib.judge"},
+        "course_lib.checkpoint": {"course_lib.train", "course_lib.credit", "course_lib.sft", "course_lib.evaluate"},
+        "course_lib.sft": {"course_lib.train", "course_lib.credit", "course_lib.evaluate", "course_lib.judge"},
+        "course_lib.evaluate": {"course_lib.train", "course_lib.credit", "course_lib.judge"},
+        "course_lib.judge": {"course_lib.evaluate", "course_lib.train"},
+    }
+    for module, forbidden in below.items():
+        assert not graph[module] & forbidden, (module, graph[module] & forbidden)
+    assert "TrainConfig" not in (REPO / "course_lib" / "checkpoint.py").read_text()  # plain data, not the config
+
+    layer = {"course_lib.credit", "course_lib.batching", "course_lib.checkpoint", "course_lib.sft",
+             "course_lib.evaluate", "course_lib.train", "course_lib.viz", "course_lib.notebook", "course_lib.__main__"}
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        return any(m == target or (m not in seen and not seen.add(m) and reaches(m, target, seen))
+                   for m in graph[start])
+
+    assert not [m for m in layer if reaches(m, m, set())], "an import cycle through a training module"
+
+
+def test_the_command_line_takes_its_defaults_from_the_functions():
+    import inspect
+
+    import course_lib.__main__ as cli
+    from course_lib.evaluate import evaluate
+    from course_lib.sft import warm_start
+
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command")
+    cli._add_signature_options(commands.add_parser("eval"), "eval")
+    cli._add_signature_options(commands.add_parser("sft"), "sft")
+    for command, fn in (("eval", evaluate), ("sft", warm_start)):
+        args = parser.parse_args([command])
+        for name, param in inspect.signature(fn).parameters.items():
+            if param.default is not inspect.Parameter.empty and hasattr(args, name):
+                assert getattr(args, name) == param.default, (command, name)
+    assert cli._signature_values(parser.parse_args(["sft", "--steps", "4e1", "--lr", "1e-4"]), "sft")["steps"] == 40

@@ -14,7 +14,8 @@ from conftest import TEST_DEVICE
 from course_lib.credit import ValueHead
 from course_lib.envs import load_tasks
 from course_lib.rollout import expert_rollout
-from course_lib.train import TrainConfig, _check, critic_advantages, read_metrics, token_advantages, train
+from course_lib.train import Hooks, TrainConfig, _check, make_batch, read_metrics, train, turn_values
+from course_lib.trajectory import TrajectoryGroup
 
 
 class FailsOneTrajectory:
@@ -25,7 +26,6 @@ class FailsOneTrajectory:
 
     def __init__(self):
         self.first = None
-        self.tokens_used = 0
 
     def complete(self, messages, *, max_tokens=512, temperature=0.0):
         trajectory = messages[1]["content"]  # re-asks append messages: this one stays the trajectory
@@ -49,19 +49,27 @@ def _finite(advantages) -> list[bool]:
 
 
 def test_a_failed_turn_judging_does_not_reach_the_other_groups_advantages(policy):
+    """Turn judging happens once, before any advantage: the group with the failed judging is left out and
+    named, and the other group's advantages are finite."""
     model, tokenizer = policy
     trajs = _two_groups(tokenizer)
-    config = TrainConfig(credit="turn", turn_reward="judge", judge=FailsOneTrajectory())
-    advantages = token_advantages(trajs, config, {})
-    assert [t.info["turn_judge_failed"] for t in trajs] == [True, False, False, False]
-    assert _finite(advantages)[2:] == [True, True]
+    trajs[3].reward = trajs[3].steps[-1].reward = 0.0  # mixed rewards in g1: a signal to train on
+    groups = [TrajectoryGroup("lookup", g, [t for t in trajs if t.group_id == g]) for g in ("g0", "g1")]
+    batch = make_batch(groups, [], TrainConfig(credit="turn", turn_reward="judge"), Hooks(judge=FailsOneTrajectory()))
+    assert batch.skipped["turn_judge_failed"] == ["g0"]
+    assert [t.traj_id for t in batch.trajectories] == ["t2", "t3"] and _finite(batch.advantages) == [True, True]
 
-    # The critic whitens over the whole batch: the failed trajectory's NaN must not spread through it.
-    config = TrainConfig(credit="critic", turn_reward="judge", judge=FailsOneTrajectory())
+    # The critic whitens over the whole batch: the failed group's NaN must not spread through it.
     value_head = ValueHead(model.config.hidden_size).to(TEST_DEVICE)
-    advantages, _, returns = critic_advantages(model, value_head, trajs, config, torch.device(TEST_DEVICE), None)
-    assert trajs[0].info["turn_judge_failed"] and not _finite(advantages)[0]
-    assert _finite(advantages)[1:] == [True, True, True] and _finite(returns)[1:] == [True, True, True]
+
+    def values_of(ts):
+        return turn_values(model, value_head, ts, token_budget=2048, device=torch.device(TEST_DEVICE),
+                           autocast_dtype=None)
+
+    batch = make_batch(groups, [], TrainConfig(credit="critic", turn_reward="judge"),
+                       Hooks(judge=FailsOneTrajectory()), values_of=values_of)
+    assert batch.skipped["turn_judge_failed"] == ["g0"] and len(batch.trajectories) == 2
+    assert _finite(batch.advantages) == [True, True] and _finite(batch.returns) == [True, True]
 
 
 @pytest.mark.parametrize("credit", ["turn", "critic"])
@@ -70,9 +78,9 @@ def test_a_failed_turn_judging_skips_and_counts_its_group_and_the_others_train(t
     and counted, the update on the other group happens and is finite (before: a NaN loss, no update)."""
     config = TrainConfig(env="lookup", run_dir=str(tmp_path / "run"), steps=1, tasks_per_step=2, group_size=2,
                          max_turns=1, max_new_tokens=8, eval_every=0, eval_tasks=0, checkpoint_every=0,
-                         progress=False, credit=credit, turn_reward="judge", judge=FailsOneTrajectory(),
-                         reward_fn=lambda t: 1.0 if t.traj_id.endswith("#0") else 0.0)  # signal in every group
-    train(config)
+                         progress=False, credit=credit, turn_reward="judge")
+    train(config, judge=FailsOneTrajectory(),
+          reward_fn=lambda t: 1.0 if t.traj_id.endswith("#0") else 0.0)  # signal in every group
     (row,) = [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
     assert row["judge_failed_groups"] == 1 and row["skipped_groups"] == 1
     assert not row.get("skipped_update") and row["nonfinite"] is False and math.isfinite(row["loss"])
@@ -90,8 +98,10 @@ def test_a_judge_reward_without_a_judge_is_refused_before_the_model_loads(fields
     monkeypatch.setattr(train_module, "load_policy", lambda *a, **k: pytest.fail("the model was loaded"))
     with pytest.raises(ValueError, match=re.escape(f"{name} needs a judge backend")) as error:
         train(TrainConfig(**fields, progress=False))
-    assert "LocalJudge(mode='logprob')" in str(error.value)
-    _check(TrainConfig(**fields, judge=FailsOneTrajectory()))  # with a judge the config is fine
+    assert "LocalJudge() with judge_method='pointwise'" in str(error.value)
+    _check(TrainConfig(**fields), judge=FailsOneTrajectory())  # with a judge the config is fine
+    with pytest.raises(ValueError, match="judge_method must be 'group' or 'pointwise'"):
+        _check(TrainConfig(**fields, judge_method="logprob"), judge=FailsOneTrajectory())
 
 
 def test_the_command_line_has_no_judge_option_and_says_how_to_get_one(capsys, monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from course_lib import viz
-from course_lib.credit import gae, outcome_advantages
+from course_lib.credit import CREDIT_METHODS, gae, outcome_advantages
 from course_lib.envs import load_tasks
 from course_lib.rollout import expert_rollout
 from course_lib.trajectory import Step, Trajectory, TrajectoryGroup
@@ -174,7 +174,7 @@ def group() -> TrajectoryGroup:
 def test_credit_table_has_one_row_per_turn_and_one_column_per_method(group):
     table = viz.credit_table(group)
     assert len(table) == sum(t.num_turns for t in group) == 8
-    assert list(table.columns) == ["action", "reward", "outcome", "gigpo", "turn", "critic"]
+    assert list(table.columns) == ["action", "reward", *CREDIT_METHODS]  # outcome, gigpo, turn, critic, ...
     assert table.index.names == ["trajectory", "t"] and table.index[3] == ("b", 1)
     outcome = outcome_advantages(group.rewards, ["g"] * 3)
     for t, adv in zip(group, outcome.tolist()):
@@ -192,7 +192,7 @@ def test_credit_table_options(group):
     assert table.loc["a", "critic"].tolist() == [0.5, 0.5]  # return 1 minus V 0.5 on both turns
     flat = viz.credit_table(group, methods=("turn",), turn_rewards=lambda step: 0.0)
     assert flat["turn"].tolist() == viz.credit_table(group, methods=("outcome",))["outcome"].tolist()
-    with pytest.raises(ValueError, match="methods are: outcome, gigpo, turn, critic"):
+    with pytest.raises(ValueError, match="methods are: outcome, gigpo, turn, critic"):  # and any method added
         viz.credit_table(group, methods=("ppo",))
 
 

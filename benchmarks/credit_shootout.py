@@ -36,7 +36,8 @@ from course_lib.evaluate import evaluate
 from course_lib.models import course_threads, load_policy
 from course_lib.notebook import WarmStartSizes
 from course_lib.rollout import rollout
-from course_lib.sft import ensure_warm_start, filter_tasks
+from course_lib.sft import ensure_warm_start
+from course_lib.tasks import filter_tasks
 from course_lib.train import TrainConfig, train
 
 METHODS = tuple(CREDIT_METHODS)  # every registered credit method

@@ -33,7 +33,8 @@ from course_lib.envs import load_tasks
 from course_lib.evaluate import evaluate
 from course_lib.models import course_threads, load_policy
 from course_lib.rollout import rollout
-from course_lib.sft import ensure_warm_start, filter_tasks, warm_start
+from course_lib.sft import ensure_warm_start, warm_start
+from course_lib.tasks import filter_tasks
 from course_lib.train import TrainConfig, _check, config_tasks, train
 from course_lib.viz import mask_text
 

@@ -13,7 +13,7 @@ from course_lib import wilson_interval
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
 from course_lib.rollout import rollout
-from course_lib.sft import filter_tasks
+from course_lib.tasks import filter_tasks
 
 
 def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *, tokenizer=None,

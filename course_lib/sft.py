@@ -3,7 +3,7 @@
     sft_step           one update on demonstrations (assistant-only loss mask, or every token)
     warm_start         demonstrations of the env's expert -> a checkpoint `load_policy(path)` reads
     ensure_warm_start  the same, trained once per set of options and cached under runs/warm_start/
-    filter_tasks       the tasks whose fields equal a filter (also used by training and evaluation)
+    filter_tasks       (re-exported from `course_lib.tasks`, where task selection lives)
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from course_lib.envs import load_tasks
 from course_lib.losses import sft_loss
 from course_lib.models import autocast_context, load_policy
 from course_lib.rollout import expert_rollout
+from course_lib.tasks import filter_tasks
 from course_lib.trajectory import Trajectory
 
 
@@ -80,22 +81,6 @@ def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "a
         optimizer.step()
     model.eval()
     return {**sums, "tokens": float(total), "grad_norm": grad_norm, "skipped": skipped}
-
-
-def filter_tasks(tasks: list[dict], task_filter: dict[str, Any] | None) -> list[dict]:
-    """The tasks whose fields equal every key of `task_filter` (all of them when it is None or empty).
-
-    A filter that is not a dict, or that leaves no task out of some, is an error: a typo in a key or a
-    value (`{"hop": 2}`, `{"hops": "2"}`) would otherwise train or evaluate on nothing without a word."""
-    if not task_filter:
-        return tasks
-    if not isinstance(task_filter, dict):
-        raise ValueError(f"task_filter must be a dict of task fields and values, e.g. {{\"hops\": 2}}; got {task_filter!r}")
-    kept = [t for t in tasks if all(t.get(k) == v for k, v in task_filter.items())]
-    if tasks and not kept:
-        fields = sorted({k for t in tasks for k in t})
-        raise ValueError(f"no task matches task_filter {task_filter!r}; the tasks' fields are: {', '.join(fields)}")
-    return kept
 
 
 def warm_start(env: str = "search_qa", *, model: str = "smollm2-135m", n_demos: int = 256, steps: int = 32,

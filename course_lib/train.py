@@ -64,7 +64,8 @@ from course_lib.evaluate import evaluate
 from course_lib.losses import policy_loss
 from course_lib.models import autocast_context, load_policy
 from course_lib.rollout import RolloutStats, rollout
-from course_lib.sft import ensure_warm_start, filter_tasks, sft_step, warm_start
+from course_lib.sft import ensure_warm_start, sft_step, warm_start
+from course_lib.tasks import filter_tasks
 from course_lib.trajectory import Trajectory, TrajectoryGroup
 
 __all__ = ["TrainConfig", "Batch", "train", "rl_step", "make_batch", "update", "assign_rewards", "turn_rewards",

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-from pathlib import Path
 from typing import Any
 
+from course_lib import (
+    data_dir,  # where task data lives ($COURSE_DATA, else data/): defined once, re-exported here
+)
 from course_lib.envs.base import Environment, StepResult, ToolError
 
 # name -> "module:Class"; imported on first use so one environment's extra needs never block another.
@@ -26,11 +27,6 @@ ENVIRONMENTS = {
     "gridworld": "course_lib.envs.gridworld:GridWorldEnv",
     "summarize": "course_lib.envs.summarize:SummarizeEnv",  # no verifier: only a judge can reward it
 }
-
-
-def data_dir() -> Path:
-    """Where task data lives: $COURSE_DATA, else the repository's `data/` folder."""
-    return Path(os.environ.get("COURSE_DATA", Path(__file__).resolve().parents[2] / "data"))
 
 
 def make_env(name: str, **options: Any) -> Environment:

@@ -12,12 +12,13 @@ from html.parser import HTMLParser
 import matplotlib
 import pytest
 import torch
+from conftest import make_trajectory
 
 from course_lib import viz
 from course_lib.credit import CREDIT_METHODS, gae, outcome_advantages
 from course_lib.envs import load_tasks
 from course_lib.rollout import expert_rollout
-from course_lib.trajectory import Step, Trajectory, TrajectoryGroup
+from course_lib.trajectory import Trajectory, TrajectoryGroup
 
 matplotlib.use("Agg")
 
@@ -152,22 +153,12 @@ def test_viewer_falls_back_to_static_html_without_ipywidgets(trajectories, tok, 
     assert viz.show_trajectory(trajectories[0], tok) is None
 
 
-def _trajectory(traj_id: str, reward: float, actions: list[tuple[str, str]], group: str = "g") -> Trajectory:
-    """A token-free trajectory: (anchor, action kind) per turn, the outcome on the last step."""
-    steps = [Step(action_ids=[], action_text=f"action {k}", logprobs=[], anchor=anchor,
-                  info={"action_kind": kind}, observation_text="Error: bad" if kind == "malformed" else "ok",
-                  reward=reward if k == len(actions) - 1 else 0.0, done=k == len(actions) - 1)
-             for k, (anchor, kind) in enumerate(actions)]
-    return Trajectory(task_id="task", group_id=group, traj_id=traj_id, messages=[], prompt_ids=[],
-                      steps=steps, reward=reward)
-
-
 @pytest.fixture
 def group() -> TrajectoryGroup:
     return TrajectoryGroup("task", "g", [
-        _trajectory("a", 1.0, [("s0", "tool_call"), ("s1", "answer")]),
-        _trajectory("b", 0.0, [("s0", "malformed"), ("s0", "tool_call"), ("s2", "answer")]),
-        _trajectory("c", 1.0, [("s0", "tool_call"), ("s1", "tool_call"), ("s3", "answer")]),
+        make_trajectory([("s0", "tool_call"), ("s1", "answer")], 1.0, traj_id="a"),
+        make_trajectory([("s0", "malformed"), ("s0", "tool_call"), ("s2", "answer")], 0.0, traj_id="b"),
+        make_trajectory([("s0", "tool_call"), ("s1", "tool_call"), ("s3", "answer")], 1.0, traj_id="c"),
     ])
 
 
@@ -197,8 +188,8 @@ def test_credit_table_options(group):
 
 
 def test_credit_explorer_dropdown_switches_groups(group, trajectories, tok):
-    other = TrajectoryGroup("other", "h", [_trajectory("x", 0.0, [("s", "answer")], group="h"),
-                                           _trajectory("y", 1.0, [("s", "answer")], group="h")])
+    other = TrajectoryGroup("other", "h", [make_trajectory([("s", "answer")], 0.0, traj_id="x", group_id="h"),
+                                           make_trajectory([("s", "answer")], 1.0, traj_id="y", group_id="h")])
     explorer = viz.credit_explorer([group, other])
     first = explorer.output.value
     assert first.count("<tr>") == 1 + 8 and "credit-table" in first

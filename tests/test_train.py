@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TEST_DEVICE
+from conftest import TEST_DEVICE, make_trajectory
 
 from course_lib.__main__ import _add_config_options, _config_from
 from course_lib.credit import ValueHead
@@ -42,7 +42,7 @@ from course_lib.train import (
     update,
     wilson_interval,
 )
-from course_lib.trajectory import Step, Trajectory, TrajectoryGroup
+from course_lib.trajectory import Trajectory, TrajectoryGroup
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -210,16 +210,7 @@ def test_value_head_reads_each_turn_before_its_action():
 
 def _path(j: int, anchors: list[str]) -> Trajectory:
     """A successful trajectory of group g through the given anchor states, two tokens per action."""
-    t = Trajectory(task_id="g", group_id="g@0", traj_id=f"g@0#{j}", messages=[], prompt_ids=[1, 2],
-                   token_ids=[1, 2], loss_mask=[0, 0], logprobs=[0.0, 0.0], turn_index=[-1, -1])
-    for k, anchor in enumerate(anchors):
-        t.token_ids += [5, 6]
-        t.loss_mask += [1, 1]
-        t.logprobs += [-1.0, -1.0]
-        t.turn_index += [k, k]
-        t.steps.append(Step(action_ids=[5, 6], action_text="x", logprobs=[-1.0, -1.0], anchor=anchor))
-    t.steps[-1].reward = t.reward = 1.0
-    return t
+    return make_trajectory(anchors, 1.0, traj_id=f"g@0#{j}", group_id="g@0", task_id="g")
 
 
 def test_equal_reward_group_is_kept_when_gigpo_still_separates_its_members():

@@ -8,6 +8,7 @@ from difflib import SequenceMatcher
 
 import pytest
 import torch
+from conftest import make_trajectory
 
 from course_lib import credit
 from course_lib.credit import (
@@ -433,11 +434,4 @@ def test_a_new_credit_method_is_one_registered_function(monkeypatch):
     _check(TrainConfig(credit="last_turn_only", credit_options={"bonus": 2.0}))
     assert TrainConfig(credit_options={"bonus": 2.0}).credit_option_values()["bonus"] == 2.0
     assert "last_turn_only" in viz.credit_table(
-        [_trajectory_for_table()], methods=("outcome", "last_turn_only"), bonus=0.0).columns
-
-
-def _trajectory_for_table():
-    from course_lib.trajectory import Trajectory
-
-    steps = [Step(action_ids=[], action_text="a", logprobs=[], anchor="s", reward=1.0, done=True)]
-    return Trajectory(task_id="t", group_id="g", traj_id="x", messages=[], prompt_ids=[], steps=steps, reward=1.0)
+        [make_trajectory(["s"], 1.0)], methods=("outcome", "last_turn_only"), bonus=0.0).columns

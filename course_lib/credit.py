@@ -69,9 +69,7 @@ def _normalise_in_groups(values: torch.Tensor, group_keys: Sequence[Hashable], *
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------
-# outcome-only credit (GRPO over trajectories)
-# ---------------------------------------------------------------------------------------------------------
+# ----- outcome-only credit (GRPO over trajectories) -----------------------------------------------------
 
 
 def outcome_advantages(rewards: Sequence[float] | torch.Tensor, group_ids: Sequence[Hashable], *,
@@ -87,9 +85,7 @@ def outcome_advantages(rewards: Sequence[float] | torch.Tensor, group_ids: Seque
     return _normalise_in_groups(_as_float_tensor(rewards), list(group_ids), scale=scale, eps=eps)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# GiGPO: episode groups + anchor-state step groups
-# ---------------------------------------------------------------------------------------------------------
+# ----- GiGPO: episode groups + anchor-state step groups -------------------------------------------------
 
 
 def discounted_returns(rewards: Sequence[float] | torch.Tensor, traj_ids: Sequence[Hashable], *,
@@ -193,9 +189,7 @@ def gigpo_advantages(step_rewards: Sequence[float] | torch.Tensor, anchors: Sequ
     return advantages + omega * step_adv
 
 
-# ---------------------------------------------------------------------------------------------------------
-# turn-level rewards (process rewards, turn judges)
-# ---------------------------------------------------------------------------------------------------------
+# ----- turn-level rewards (process rewards, turn judges) ------------------------------------------------
 
 
 def turn_advantages(turn_rewards: Sequence[float] | torch.Tensor, outcome_rewards: Sequence[float] | torch.Tensor,
@@ -256,9 +250,7 @@ def broadcast_to_tokens(turn_advantages_per_row: torch.Tensor, turn_index_per_to
     return torch.where(turn_index >= 0, gathered, torch.zeros_like(gathered))
 
 
-# ---------------------------------------------------------------------------------------------------------
-# a critic: value head, GAE over turns, clipped value loss
-# ---------------------------------------------------------------------------------------------------------
+# ----- a critic: value head, GAE over turns, clipped value loss -----------------------------------------
 
 
 def gae(rewards: Sequence[float] | torch.Tensor, values: Sequence[float] | torch.Tensor, *, gamma: float = 1.0,
@@ -348,9 +340,7 @@ def state_positions(trajectory) -> list[int]:
     return [first.get(k, 0) for k in range(trajectory.num_turns)]
 
 
-# ---------------------------------------------------------------------------------------------------------
-# the process reward: one rule, used by the trainer and the credit table
-# ---------------------------------------------------------------------------------------------------------
+# ----- the process reward: one rule, used by the trainer and the credit table ---------------------------
 
 PROCESS_PENALTY = -0.1
 
@@ -371,9 +361,7 @@ def process_rewards(trajectory) -> list[float]:  # `process_reward` of every tur
     return [process_reward(step) for step in trajectory.steps]
 
 
-# ---------------------------------------------------------------------------------------------------------
-# the dispatch: a method name -> per-turn advantages
-# ---------------------------------------------------------------------------------------------------------
+# ----- the dispatch: a method name -> per-turn advantages -----------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -537,9 +525,7 @@ def to_tokens(per_turn: torch.Tensor, turn_index: Sequence[int], loss_mask: Sequ
     return broadcast_to_tokens(per_turn.float(), torch.tensor(turn_index)) * mask
 
 
-# ---------------------------------------------------------------------------------------------------------
-# the methods
-# ---------------------------------------------------------------------------------------------------------
+# ----- the methods --------------------------------------------------------------------------------------
 
 
 @credit_method("outcome", skip="equal_rewards")

@@ -24,8 +24,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def course_setup(seed: int = 0, threads: int | None = None, disk_warning_gb: float = 12.0) -> dict:
+def course_setup(seed: int = 0, threads: int | None = None, disk_warning_gb: float = 12.0,
+                 sandbox: bool = False) -> dict:
     """Seed everything, pick the device, print one line a learner can quote when asking for help.
+
+    With sandbox=True (the notebooks that run the model's code), a second line says which isolation the
+    sandbox has on this machine (`envs.sandbox.isolation`).
 
     Also warns when the disk that holds the runs folder has less than `disk_warning_gb` free: each training run
     keeps a checkpoint of about 1.6 GB (fp32 weights and optimizer state), about 10 GB over the course."""
@@ -44,6 +48,11 @@ def course_setup(seed: int = 0, threads: int | None = None, disk_warning_gb: flo
         "seed": seed,
     }
     print(" | ".join(f"{k}: {v}" for k, v in info.items()))
+    if sandbox:
+        from course_lib.envs.sandbox import isolation
+
+        info["sandbox"] = isolation()
+        print(info["sandbox"])
     free_gb = _free_gb_for_runs()
     if free_gb < disk_warning_gb:
         print(f"WARNING: {free_gb:.1f} GB free for the runs folder; the training notebooks keep about 10 GB of "

@@ -408,3 +408,16 @@ def test_result_text_notes():
     assert SandboxResult("x", 137, True, False, limits).text() == "x\n[stopped: wall-clock limit of 10 s]"
     assert SandboxResult("x" * 100, 137, False, True, limits).text().endswith(
         "[output cut at 100 bytes; the command was stopped]")
+
+
+def test_isolation_line_says_what_this_machine_gives():
+    from course_lib.envs.sandbox import bwrap_available, isolation, seccomp_enabled
+
+    line = isolation()
+    assert line.startswith("sandbox: ")
+    if seccomp_enabled():
+        assert "bubblewrap + seccomp" in line and "keyring" in line
+    elif bwrap_available():
+        assert "without seccomp" in line
+    else:
+        assert "resource limits only" in line

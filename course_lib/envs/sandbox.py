@@ -304,6 +304,18 @@ def seccomp_enabled() -> bool:
     return bwrap_available() and _seccomp_program() is not None
 
 
+def isolation() -> str:
+    """One line that says which isolation sandboxed commands get on this machine, and what it means."""
+    if seccomp_enabled():
+        return ("sandbox: bubblewrap + seccomp: each command sees only its episode's folder and a read-only "
+                "system, no network, no kernel keyring, under resource limits")
+    if bwrap_available():
+        return ("sandbox: bubblewrap without seccomp (libseccomp missing): namespaces and resource limits, "
+                "but the kernel keyring is shared by every episode")
+    return ("sandbox: resource limits only (bubblewrap missing): commands run as you, can read your files and "
+            "reach the network; install bubblewrap for isolation")
+
+
 def _data_fd(name: str, data: bytes) -> int:
     """A file descriptor (memfd) holding `data`, positioned at its start, for bwrap to read."""
     fd = os.memfd_create(name)

@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import inspect
 import json
-import random
 import sys
 import time
 import types
@@ -32,6 +31,7 @@ from course_lib.checkpoint import read_metrics
 from course_lib.envs import load_tasks
 from course_lib.evaluate import evaluate
 from course_lib.models import course_threads, load_policy
+from course_lib.notebook import mixed_hop_tasks
 from course_lib.rollout import rollout
 from course_lib.sft import ensure_warm_start, warm_start
 from course_lib.tasks import filter_tasks
@@ -155,17 +155,6 @@ def demo_sizes(fast: bool) -> DemoSizes:
     return DEMO_SIZES["fast" if fast else "full"]
 
 
-def _demo_tasks(n_one: int, n_two: int, seed: int) -> list[dict]:
-    """Warm-start tasks: mostly one-hop questions, a few two-hop ones (so RL starts above zero on them)."""
-    train_tasks = load_tasks("search_qa", "train")
-    rng = random.Random(seed)
-    one = [t for t in train_tasks if t["hops"] == 1]
-    two = [t for t in train_tasks if t["hops"] == 2]
-    picked = rng.sample(one, n_one) + rng.sample(two, n_two)
-    rng.shuffle(picked)
-    return picked
-
-
 def plot_learning_curve(run_dir: Path, base: dict, warm: dict, path: Path) -> None:
     """Held-out success (95% Wilson intervals) against RL step, with the base and warm-start levels."""
     import matplotlib
@@ -241,7 +230,7 @@ def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int 
     t0 = time.time()
     warm_path = ensure_warm_start("search_qa", n_demos=sizes.one_hop_demos + sizes.two_hop_demos,
                                   steps=sizes.sft_steps, batch_size=sizes.sft_batch, lr=5e-5, seed=seed,
-                                  tasks=_demo_tasks(sizes.one_hop_demos, sizes.two_hop_demos, seed))
+                                  tasks=mixed_hop_tasks(sizes.one_hop_demos, sizes.two_hop_demos, seed))
     sft_seconds = time.time() - t0
 
     print("[3/4] RL (outcome credit) on two-hop training questions; its step-0 evaluation is the warm start's...")

@@ -134,13 +134,39 @@ WARM_START = {
 }
 
 
+def mixed_hop_tasks(n_one_hop: int, n_two_hop: int, seed: int = 0) -> list[dict]:
+    """search_qa training tasks for a warm start: mostly one-hop questions and a few two-hop ones, shuffled.
+
+    A warm start on one-hop questions alone never takes a second hop, so RL on two-hop questions would
+    sample groups that all fail (no signal); a few two-hop demonstrations make a second search possible."""
+    import random
+
+    from course_lib.envs import load_tasks
+
+    train_tasks = load_tasks("search_qa", "train")
+    rng = random.Random(seed)
+    picked = (rng.sample([t for t in train_tasks if t["hops"] == 1], n_one_hop)
+              + rng.sample([t for t in train_tasks if t["hops"] == 2], n_two_hop))
+    rng.shuffle(picked)
+    return picked
+
+
+def search_qa_warm_start_options(fast: bool, seed: int = 0) -> dict:
+    """The search_qa warm start of the learning mode and `make demo` (224 one-hop + 32 two-hop demos, 32
+    steps of batch 8); in fast mode the small one-hop recipe of WARM_START["fast"]."""
+    if fast:
+        return {**WARM_START["fast"].options(), "task_filter": {"hops": 1}}
+    return {"n_demos": 256, "steps": 32, "batch_size": 8, "lr": 5e-5, "seed": seed,
+            "tasks": mixed_hop_tasks(224, 32, seed)}
+
+
 def course_warm_start(env: str, **overrides):
     """Path of the course's standard warm-start checkpoint for `env` (trained once, then cached)."""
     from course_lib.sft import ensure_warm_start
 
     options = WARM_START["fast" if fast_mode() else "full"].options()
-    if env == "search_qa":
-        options["task_filter"] = {"hops": 1}  # RL then has two-hop questions to improve on
+    if env == "search_qa":  # RL then has two-hop questions to improve on
+        options = search_qa_warm_start_options(fast_mode())
     if env == "gridworld" and fast_mode():
         options["task_filter"] = {"size": 4}  # short demonstrations: the 6x6 ones cost ~6 GB per step
     options.update(overrides)

@@ -200,18 +200,20 @@ def turn_advantages(turn_rewards: Sequence[float] | torch.Tensor, outcome_reward
         A(τ, t) = A_O(τ) + weight · A_T(τ, t)
 
         A_O(τ)    = outcome_advantages over the trajectories of τ's group (the verifier's R(τ))
-        G_t       = Σ_{k≥t} γ^{k−t} r_k, the discounted sum of τ's turn rewards from turn t on
-        A_T(τ, t) = (G_t − mean G) / (std G + eps) over the rows of the same group AND the same turn
+        Ḡ_t       = Σ_{k≥t} γ^{k−t} r_k / Σ_{k≥t} γ^{k−t}, the discount-weighted MEAN of τ's turn rewards
+                    from turn t on
+        A_T(τ, t) = (Ḡ_t − mean Ḡ) / (std Ḡ + eps) over the rows of the same group AND the same turn
                     index t
 
     Why this rule: A_O keeps the verifier in charge (a turn judge alone can be gamed, notebook 07), and
     A_T adds a dense signal that says which turns did better than the other rollouts of the task did
-    at the same point of the episode. Comparing at the same turn index (GiGPO's step groups with the
-    turn index as the anchor) removes one bias: with γ = 1 an early turn sums more future rewards than a
-    late one, so pooling all turns would credit earliness, not quality. It does not remove another: at
-    the same t, a longer episode still has more turns left to sum, so with γ = 1 and positive turn
-    rewards length earns credit (centre r_t, or take γ < 1, to weaken that). A turn index reached by only
-    one rollout of the group gets A_T = 0. weight = 0 gives plain outcome credit.
+    at the same point of the episode. Two length biases are removed. Comparing at the same turn index
+    (GiGPO's step groups with the turn index as the anchor) stops early turns winning because more turns
+    follow them. Averaging instead of summing the future rewards stops long episodes winning because
+    they have more turns left: with a sum, an episode with more positive turn scores got larger
+    advantages however good each turn was. With the mean, a turn is credited for how good the turns
+    from it on were, not for how many there were. A turn index reached by only one rollout of the group
+    gets A_T = 0. weight = 0 gives plain outcome credit.
 
     Inputs, one entry per turn row: turn_rewards [N] (r_t from any callable that scores a turn),
     outcome_rewards [N] (R(τ), the same on every row of τ), group_ids, traj_ids; rows of one
@@ -233,8 +235,9 @@ def turn_advantages(turn_rewards: Sequence[float] | torch.Tensor, outcome_reward
         for t, i in enumerate(rows):
             turn_index[i] = t
 
-    returns = discounted_returns(turn_rewards, traj_keys, gamma=gamma)
-    turn_adv = _normalise_in_groups(returns, list(zip(group_ids, turn_index)), scale=scale, eps=eps)
+    discount_mass = discounted_returns(torch.ones_like(turn_rewards), traj_keys, gamma=gamma)  # Σ γ^{k−t}
+    future_mean = discounted_returns(turn_rewards, traj_keys, gamma=gamma) / discount_mass
+    turn_adv = _normalise_in_groups(future_mean, list(zip(group_ids, turn_index)), scale=scale, eps=eps)
     return advantages + weight * turn_adv
 
 

@@ -23,7 +23,9 @@ def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *,
     """Greedy success rate on held-out tasks (one episode each), with a 95% Wilson interval.
 
     model_or_path: a model (then pass `tokenizer`) or anything `load_policy` accepts.
-    Returns {"success", "ci_low", "ci_high", "n"}.
+    Returns {"success", "ci_low", "ci_high", "n", "outcomes", "mean_turns", "mean_turns_success"}:
+    outcomes lists 1/0 per task in order (for paired comparisons of two models on the same tasks);
+    mean_turns_success is None when no episode succeeded.
     """
     if tasks is None:  # before the model: a bad name or filter fails in a second, not after loading it
         tasks = evaluation_tasks(env, split, n_tasks, task_filter)
@@ -33,14 +35,19 @@ def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *,
         model = model_or_path
         if tokenizer is None:
             raise ValueError("pass tokenizer=... together with a model object")
-    wins = 0
+    episodes = []
     for start in range(0, len(tasks), batch_size):
         groups = rollout(model, tokenizer, env, tasks[start:start + batch_size], group_size=1,
                          max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=0.0,
                          seed=0, max_context=max_context, progress=progress)
-        wins += sum(t.success for g in groups for t in g)
+        episodes += [t for g in groups for t in g]
+    wins = sum(t.success for t in episodes)
     low, high = wilson_interval(wins, len(tasks))
-    return {"success": wins / max(1, len(tasks)), "ci_low": low, "ci_high": high, "n": len(tasks)}
+    won = [t.num_turns for t in episodes if t.success]
+    return {"success": wins / max(1, len(tasks)), "ci_low": low, "ci_high": high, "n": len(tasks),
+            "outcomes": [int(t.success) for t in episodes],
+            "mean_turns": sum(t.num_turns for t in episodes) / max(1, len(episodes)),
+            "mean_turns_success": sum(won) / len(won) if won else None}
 
 
 def evaluation_tasks(env: str, split: str = "test", n_tasks: int = 32,

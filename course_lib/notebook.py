@@ -85,8 +85,13 @@ def strip_widget_state(path: str) -> None:
     nbformat.write(nb, path)
 
 
-def run_notebook(path: str, timeout: int = 1800) -> None:
-    """Execute a notebook in place in fast mode (the committed outputs come from this), then clean it."""
+def run_notebook(path: str, timeout: int = 3600, fast: bool = True) -> float:
+    """Execute a notebook in place, in fast mode (what CI checks) or, with fast=False, in the default
+    learning mode (what notebooks 05-08 and 10 commit), then clean it. Returns the wall time in seconds.
+
+        python -m course_lib.notebook notebooks/01_agentic_setting.ipynb          # fast mode
+        python -m course_lib.notebook --learning notebooks/05_outcome_credit.ipynb
+    """
     import time
 
     import nbformat
@@ -95,23 +100,29 @@ def run_notebook(path: str, timeout: int = 1800) -> None:
     nb = nbformat.read(path, as_version=4)
     t0 = time.time()
     before = os.environ.get("COURSE_FAST")
-    os.environ.setdefault("COURSE_FAST", "1")  # the kernel inherits it; the caller's setting comes back below
+    os.environ["COURSE_FAST"] = "1" if fast else "0"  # the kernel inherits it; the caller's setting comes back below
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}}).execute()
     finally:
         if before is None:
             os.environ.pop("COURSE_FAST", None)
+        else:
+            os.environ["COURSE_FAST"] = before
+    seconds = time.time() - t0
     nbformat.write(nb, path)
     strip_widget_state(path)
-    print(f"{path}: executed in {time.time() - t0:.0f} s")
+    print(f"{path}: executed in {seconds:.0f} s ({'fast' if fast else 'learning'} mode)")
+    return seconds
 
 
 if __name__ == "__main__":
     import sys
 
+    learning = "--learning" in sys.argv[1:]
     for p in sys.argv[1:]:
-        run_notebook(p)
+        if p != "--learning":
+            run_notebook(p, fast=not learning)
 
 
 # One warm-start recipe per environment, used by notebooks 05-09 and 11: the first notebook that needs a

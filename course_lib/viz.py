@@ -508,6 +508,10 @@ def plot_learning_curves(curves: dict[str, Sequence[tuple[float, float, float, f
         ax.fill_between(steps, los, his, color=color, alpha=0.18, linewidth=0)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.grid(alpha=0.3)
+    if all(float(p[0]).is_integer() for points in curves.values() for p in points):
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 2.5 ticks
     if curves:
         ax.legend(frameon=False)
     return ax

@@ -238,11 +238,11 @@ def test_turn_advantages_weight_zero_is_outcome_credit():
 
 def test_turn_advantages_compare_only_the_same_turn_index_and_group():
     # τ0 has three turns, τ1 one: turns 1 and 2 of τ0 have no peer -> A_T = 0 there.
-    # equal outcomes -> A_O = 0. turn 0: G = 1 + 1 + 1 = 3 vs 0 -> ±1.5 (scale none, weight 1)
+    # equal outcomes -> A_O = 0. turn 0: Ḡ = mean(1, 1, 1) = 1 vs 0 -> ±0.5 (scale none, weight 1)
     adv = turn_advantages(
         [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], ["g"] * 4, [0, 0, 0, 1], weight=1.0, scale="none"
     )
-    assert adv.tolist() == approx([1.5, 0.0, 0.0, -1.5])
+    assert adv.tolist() == approx([0.5, 0.0, 0.0, -0.5])
     # a second group with the same turn rewards is normalised on its own
     adv = turn_advantages(
         [1.0, 0.0, 5.0, 5.0], [0.0] * 4, ["g", "g", "h", "h"], [0, 1, 0, 1], weight=1.0, scale="none"
@@ -251,11 +251,25 @@ def test_turn_advantages_compare_only_the_same_turn_index_and_group():
 
 
 def test_turn_advantages_gamma():
-    # τ0 turn rewards 0, 1 ; τ1 0, 0 ; γ = 0.5: G(τ0, 0) = 0.5 vs 0 at turn 0 -> ±0.25
+    # τ0 turn rewards 0, 1 ; τ1 0, 0 ; γ = 0.5: Ḡ(τ0, 0) = (0 + 0.5·1) / (1 + 0.5) = 1/3 vs 0 at turn 0
+    # -> ±1/6; turn 1: 1 vs 0 -> ±0.5
     adv = turn_advantages(
         [0.0, 1.0, 0.0, 0.0], [0.0] * 4, ["g"] * 4, [0, 0, 1, 1], weight=1.0, gamma=0.5, scale="none"
     )
-    assert adv.tolist() == approx([0.25, 0.5, -0.25, -0.5])
+    assert adv.tolist() == approx([1 / 6, 0.5, -1 / 6, -0.5])
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.95])
+def test_turn_advantages_do_not_reward_length(gamma):
+    # Two successes whose every turn scored +0.4 (a judge that likes everything), one of 3 turns and one
+    # of 4, and a failure. With a sum of future turn scores the 4-turn episode got larger advantages at
+    # every shared turn index just for being longer; with the mean the two successes get the same.
+    turn_r = [0.4] * 3 + [0.4] * 4 + [0.1] * 2
+    outcome = [1.0] * 3 + [1.0] * 4 + [0.0] * 2
+    trajs = ["short"] * 3 + ["long"] * 4 + ["fail"] * 2
+    adv = turn_advantages(turn_r, outcome, ["g"] * 9, trajs, weight=0.5, gamma=gamma)
+    assert adv[3:6].tolist() == approx(adv[0:3].tolist(), abs=1e-3)  # float noise of the division only
+    assert adv[0] > adv[7]  # the verifier's order survives
 
 
 def test_broadcast_to_tokens():

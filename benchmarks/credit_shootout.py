@@ -1,47 +1,60 @@
-"""The credit-assignment shoot-out: outcome vs GiGPO vs turn-level vs critic, on one budget.
+"""The credit-assignment shoot-out: outcome vs GiGPO vs turn-level vs critic, on one budget, over seeds.
 
-    python benchmarks/credit_shootout.py --size cpu            # 2 CPU cores: a few hours
-    python benchmarks/credit_shootout.py --size gpu            # one GPU
-    python benchmarks/credit_shootout.py --size tiny --seeds 0 # smoke size (the test uses it)
+    python benchmarks/credit_shootout.py --size cpu              # 2 CPU cores: search_qa, 4 methods x 5 seeds
+    python benchmarks/credit_shootout.py --size cpu --report     # only rewrite the results file from finished runs
+    python benchmarks/credit_shootout.py --size gpu              # one GPU
+    python benchmarks/credit_shootout.py --size tiny --seeds 0   # smoke size (the test uses it)
 
-For each environment, every credit method starts from the same warm-start checkpoint and gets the
-same rollouts per step, steps, and hyperparameters; each (environment, method, seed) is one run
-directory under runs/shootout/<size>/. A run whose result.json exists is skipped, so the script can
-be stopped and started again, or run in pieces (--envs, --methods, --seeds).
+For each environment, every credit method starts from the same warm-start checkpoint and gets the same
+budget and hyperparameters; a seed gives every method the same training tasks at every step (train()
+draws them from (seed, step) alone) and the same sampling seed. Each (environment, method, seed) is one
+run directory under runs/shootout/<size>-<preset hash>/. A run whose result.json exists is skipped, so
+the script can be stopped and started again, run in pieces (--envs, --methods, --seeds), or run by
+several worker processes at once (each run is claimed by one; the warm start is prepared by one).
 
-Writes benchmarks/results/credit_shootout[_<size>].md (the table, step-group statistics and the
-machine) and a PNG of held-out success vs step, one panel per environment, with shaded intervals.
+Writes benchmarks/results/credit_shootout[_<size>].md from every finished run (so a partial run reports
+the seeds it has): per method the final held-out success over seeds; every method against outcome,
+paired by seed, with the t-interval, p-value and the smallest difference the run could detect; GiGPO's
+step-group statistics. And a PNG of held-out success against RL step.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import fcntl
+import hashlib
 import json
+import math
 import os
 import platform
 import shutil
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from scipy import stats
 
-from course_lib import Sizes, runs_dir, wilson_interval
+from course_lib import Sizes, fast_mode, runs_dir
 from course_lib.checkpoint import read_metrics
 from course_lib.credit import CREDIT_METHODS, step_group_sizes
 from course_lib.envs import load_tasks
 from course_lib.evaluate import evaluate
 from course_lib.models import course_threads, load_policy
-from course_lib.notebook import WarmStartSizes
+from course_lib.notebook import WarmStartSizes, course_warm_start
 from course_lib.rollout import rollout
 from course_lib.sft import ensure_warm_start
 from course_lib.tasks import filter_tasks
 from course_lib.train import TrainConfig, train
 
 METHODS = tuple(CREDIT_METHODS)  # every registered credit method
+BASELINE = "outcome"  # every other method is compared with this one, seed by seed
 RESULTS = Path(__file__).resolve().parent / "results"
+ALPHA, POWER = 0.05, 0.80  # the paired test's level, and the power at which the detectable effect is stated
 
 
 @dataclass(frozen=True)
@@ -52,48 +65,125 @@ class Preset(Sizes):
     tasks_per_step: int  # tasks per step
     group_size: int  # rollouts per task
     max_new_tokens: int  # tokens per model turn
-    eval_tasks: int  # held-out tasks per evaluation
-    eval_every: int  # evaluation period in steps (0: at the end only; step 0 is the shared start_eval)
-    warm: WarmStartSizes  # the warm start (shared by all methods)
+    eval_tasks: int  # held-out tasks per evaluation (the first ones of the test split that pass the RL filter)
+    eval_every: int  # evaluation period in steps, and at the last step (step 0 is the shared start_eval)
+    warm: WarmStartSizes | None  # the warm start shared by all methods; None: the course's full-mode one
+    envs: tuple[str, ...]  # environments run by default
+    seeds: tuple[int, ...]  # seeds run by default
     lr: float = 2e-5
-    max_turns: int | None = None  # None: the environment's turn limit below; the tiny preset shortens it
+    max_turns: int | None = None  # None: the environment's turn limit (ENV_OPTIONS)
 
 
 PRESETS = {
     "tiny": Preset(steps=1, tasks_per_step=1, group_size=2, max_new_tokens=16, eval_tasks=2, eval_every=1,
-                   warm=WarmStartSizes(n_demos=2, steps=1, batch_size=2), max_turns=2),
-    # cpu: sized so that 2 environments x 4 methods x 3 seeds run in about an hour and a half on one core of a
-    # 2-core machine (measured there: ~200 trained tokens/s and ~10 s per greedy gridworld episode per core).
-    # A short budget: its table says what 32 rollouts of RL per run can and cannot show, not what the
-    # methods reach. The warm start is three times the notebooks' fast one, so that groups have mixed rewards.
-    "cpu": Preset(steps=4, tasks_per_step=2, group_size=4, max_new_tokens=32, eval_tasks=16, eval_every=0,
-                  warm=WarmStartSizes(n_demos=96, steps=24, batch_size=4, lr=1e-4), lr=4e-5),
+                   warm=WarmStartSizes(n_demos=2, steps=1, batch_size=2), envs=("gridworld",), seeds=(0,),
+                   max_turns=2),
+    # cpu: `make demo`'s setting, the one known to learn on 2 CPU cores (two-hop search_qa from 0% to 67-82% in
+    # 20 RL steps from the same warm start): half its RL steps, so that 4 methods x 5 seeds fit in 3 hours.
+    # Estimate, not a measurement: about 7 minutes per run on a loaded 2-core machine (10 steps of 16 episodes
+    # of up to 4 turns, two evaluations of 40 greedy episodes; the demo's 20 steps and 3 evaluations took about
+    # 9 minutes on 2 idle cores), so 20 runs take about 140 minutes, plus the warm start, the shared step-0
+    # evaluation and the step-group rollouts (about 10 minutes, once).
+    "cpu": Preset(steps=10, tasks_per_step=4, group_size=4, max_new_tokens=40, eval_tasks=40, eval_every=5,
+                  warm=None, envs=("search_qa",), seeds=(0, 1, 2, 3, 4)),
     "gpu": Preset(steps=60, tasks_per_step=16, group_size=8, max_new_tokens=64, eval_tasks=200, eval_every=10,
-                  warm=WarmStartSizes(n_demos=512, steps=96, batch_size=16)),
+                  warm=WarmStartSizes(n_demos=512, steps=96, batch_size=16), envs=("gridworld", "search_qa"),
+                  seeds=(0, 1, 2, 3, 4)),
 }
-# Per environment: turn limit, and the task filter that leaves RL room above the warm start.
+# Per environment: turn limit; the warm start's task filter (for presets with their own warm-start sizes) and
+# its overrides of course_warm_start (for the others); the RL filter (training and held-out tasks).
 ENV_OPTIONS = {
-    "gridworld": {"max_turns": 6, "warm_filter": {"size": 4}, "rl_filter": {"size": 4}},
-    "search_qa": {"max_turns": 4, "warm_filter": {"hops": 1}, "rl_filter": None},  # RL: one- and two-hop
+    "gridworld": {"max_turns": 6, "warm_filter": {"size": 4}, "course_overrides": {"task_filter": {"size": 4}},
+                  "rl_filter": {"size": 4}},
+    "search_qa": {"max_turns": 4, "warm_filter": {"hops": 1}, "course_overrides": {}, "rl_filter": {"hops": 2}},
 }
 
 
-def pooled_ci(rates: list[float], n_tasks: int) -> tuple[float, float, float]:
-    """Mean success over seeds and a 95% Wilson interval over all their episodes pooled.
+# ------------------------------------------------------------------------------------------------------
+# statistics
+# ------------------------------------------------------------------------------------------------------
 
-    Each seed's rate is k_s / n_tasks (greedy, one episode per test task), so the pool is sum(k_s) successes in
-    seeds x n_tasks episodes. Unlike a t-interval over 3 seeds it stays inside [0, 1], is not zero-wide when
-    the seeds agree, and counts the test tasks' sampling error; it is approximate, because every seed is
-    evaluated on the same tasks (their episodes are not independent).
+
+def paired_comparison(a: Sequence[float], b: Sequence[float], *, alpha: float = ALPHA,
+                      power: float = POWER) -> dict[str, float]:
+    """Paired comparison of two methods run on the same seeds: d_i = a_i − b_i, i = 1..n.
+
+        mean  d̄ = Σ d_i / n,    s_d = sqrt(Σ (d_i − d̄)² / (n − 1)),    se = s_d / √n
+        (1 − α) interval:  d̄ ± t_{1−α/2, n−1} · se
+        paired t-test of H0 "mean difference 0":  t = d̄ / se,  p = 2 · P(T_{n−1} > |t|)  (two-sided)
+        minimum detectable difference:  MDE = (t_{1−α/2, n−1} + t_{power, n−1}) · s_d / √n
+
+    The MDE is the true mean difference that this test, with n seeds and this spread of differences, would
+    find at level α with probability `power` (the usual approximation of the noncentral t by a shifted
+    central one). With α = 0.05, power 0.8 and n = 5 it is 1.66 · s_d.
+    When every seed gives the same difference (s_d = 0) the seeds do not measure the noise: t, p and the
+    MDE are NaN and the interval is the single value d̄. Returns n, mean_diff, sd_diff, low, high, t, p, mde.
     """
-    wins = sum(round(r * n_tasks) for r in rates)
-    low, high = wilson_interval(wins, len(rates) * n_tasks)
-    return float(np.mean(rates)), low, high
+    d = np.asarray(a, float) - np.asarray(b, float)
+    n = len(d)
+    if n < 2:
+        raise ValueError(f"a paired comparison needs at least two seeds, got {n}")
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    t_crit, t_power = float(stats.t.ppf(1 - alpha / 2, n - 1)), float(stats.t.ppf(power, n - 1))
+    if sd == 0:
+        return {"n": n, "mean_diff": mean, "sd_diff": 0.0, "low": mean, "high": mean, "t": math.nan,
+                "p": math.nan, "mde": math.nan}
+    t = mean / se
+    return {"n": n, "mean_diff": mean, "sd_diff": sd, "low": mean - t_crit * se, "high": mean + t_crit * se,
+            "t": t, "p": float(2 * stats.t.sf(abs(t), n - 1)), "mde": (t_crit + t_power) * se}
+
+
+def binomial_mde(n_seeds: int, n_tasks: int, *, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The MDE of `paired_comparison` with s_d from the evaluation's binomial noise alone, at its largest:
+    each seed's success is a rate over n_tasks greedy episodes, Var ≤ 0.25 / n_tasks, so a difference of two
+    independent ones has s_d ≤ sqrt(0.5 / n_tasks). Used when the seeds' differences have no spread."""
+    t_sum = stats.t.ppf(1 - alpha / 2, n_seeds - 1) + stats.t.ppf(power, n_seeds - 1)
+    return float(t_sum * math.sqrt(0.5 / n_tasks) / math.sqrt(n_seeds))
+
+
+def verdict(name_a: str, name_b: str, comparison: dict[str, float], n_tasks: int, *, alpha: float = ALPHA) -> str:
+    """One honest line: which of the two is better when the paired test resolves it, else the smallest
+    difference the run could have detected."""
+    c = comparison
+    if c["sd_diff"] == 0:
+        return (f"not resolved: every seed gave the same difference ({c['mean_diff']:+.3f}), so the seeds do not "
+                f"measure the noise; with the evaluation's binomial noise at its largest, the run could detect "
+                f"differences of about {binomial_mde(c['n'], n_tasks):.2f} or larger")
+    if c["p"] < alpha:
+        order = ">" if c["mean_diff"] > 0 else "<"
+        return f"resolved: {name_a} {order} {name_b} (p={c['p']:.2g})"
+    return (f"not resolved (p={c['p']:.2f}); the run could detect differences of about {c['mde']:.2f} or "
+            "larger")
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean over seeds and its 95% t-interval, x̄ ± t_{0.975, n−1} · s / √n (the mean itself for one seed)."""
+    x = np.asarray(values, float)
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, mean, mean
+    half = float(stats.t.ppf(0.975, len(x) - 1)) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return mean, mean - half, mean + half
+
+
+# ------------------------------------------------------------------------------------------------------
+# runs
+# ------------------------------------------------------------------------------------------------------
+
+
+def short_hash(data: object) -> str:
+    return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def preset_dir(size: str) -> Path:
+    """runs/shootout/<size>-<hash of the preset>: a changed preset starts afresh."""
+    return runs_dir() / "shootout" / f"{size}-{short_hash(asdict(PRESETS[size]))}"
 
 
 def env_dir(size: str, env: str) -> Path:
-    """runs/shootout/<size>/<env>: the cached per-environment results and every run of that environment."""
-    return runs_dir() / "shootout" / size / env
+    """<preset dir>/<env>-<hash of its options>: the cached per-environment results and every run of it."""
+    return preset_dir(size) / f"{env}-{short_hash(ENV_OPTIONS[env])}"
 
 
 def run_dir_of(size: str, env: str, method: str, seed: int) -> Path:
@@ -110,23 +200,81 @@ def cached_json(path: Path, compute) -> dict:
     return result
 
 
+def max_turns_of(preset: Preset, env: str) -> int:
+    return preset.max_turns or ENV_OPTIONS[env]["max_turns"]
+
+
+def warm_start_of(size: str, env: str) -> Path:
+    """The preset's warm start: its own sizes, or (warm=None) the course's full-mode warm start."""
+    preset, opts = PRESETS[size], ENV_OPTIONS[env]
+    if preset.warm is not None:
+        return ensure_warm_start(env, task_filter=opts["warm_filter"], progress=False, **preset.warm.options())
+    if fast_mode():
+        raise SystemExit(f"the {size} preset starts from the course's full-mode warm start; unset COURSE_FAST")
+    return course_warm_start(env, progress=False, **opts["course_overrides"])
+
+
 def start_eval(size: str, env: str, warm_path: Path) -> dict:
     """Held-out success of the warm start, i.e. step 0 of every run of this environment: greedy decoding
-    from one checkpoint gives the same result for every method and seed, so it is computed once."""
-    preset, opts = PRESETS[size], ENV_OPTIONS[env]
+    from one checkpoint gives the same result for every method and seed, so it is computed once, with
+    the runs' tasks and limits. Refuses a warm start other than the one the earlier runs started from."""
+    preset = PRESETS[size]
 
     def compute() -> dict:
         t0 = time.perf_counter()
-        result = evaluate(str(warm_path), env, n_tasks=preset.eval_tasks, task_filter=opts["rl_filter"],
-                          max_turns=preset.max_turns or opts["max_turns"], max_new_tokens=preset.max_new_tokens)
-        return {**result, "seconds": time.perf_counter() - t0}
+        result = evaluate(str(warm_path), env, n_tasks=preset.eval_tasks, task_filter=ENV_OPTIONS[env]["rl_filter"],
+                          max_turns=max_turns_of(preset, env), max_new_tokens=preset.max_new_tokens,
+                          max_context=TrainConfig.max_context)
+        return {**result, "seconds": time.perf_counter() - t0, "warm_start": warm_path.name}
 
-    return cached_json(env_dir(size, env) / "start_eval.json", compute)
+    start = cached_json(env_dir(size, env) / "start_eval.json", compute)
+    if start["warm_start"] != warm_path.name:
+        raise SystemExit(f"{env_dir(size, env)} holds runs from warm start {start['warm_start']}, not "
+                         f"{warm_path.name} (the warm start changed): move that folder away to start afresh")
+    return start
+
+
+def step_group_stats(size: str, env: str, warm_path: Path, seed: int = 0) -> dict:
+    """GiGPO's step groups on one step's rollouts of the warm-start model on the RL tasks: how often
+    states recur. Cached per environment."""
+    preset = PRESETS[size]
+
+    def compute() -> dict:
+        model, tokenizer = load_policy(str(warm_path))
+        tasks = filter_tasks(load_tasks(env, "train"), ENV_OPTIONS[env]["rl_filter"])[: preset.tasks_per_step]
+        groups = rollout(model, tokenizer, env, tasks, group_size=preset.group_size,
+                         max_turns=max_turns_of(preset, env), max_new_tokens=preset.max_new_tokens,
+                         temperature=1.0, seed=seed, progress=False)
+        anchors = [s.anchor for g in groups for t in g for s in t.steps]
+        group_ids = [t.group_id for g in groups for t in g for _ in t.steps]
+        return group_summary(step_group_sizes(anchors, group_ids), len(anchors))
+
+    return cached_json(env_dir(size, env) / "group_stats.json", compute)
+
+
+def group_summary(sizes: Sequence[int] | Counter, rows: int) -> dict:
+    """Step rows, the share of them in step groups of size >= 2, and the histogram {size: groups}."""
+    hist = Counter(sizes) if not isinstance(sizes, Counter) else sizes
+    return {"rows": rows, "fraction_in_groups_ge2": sum(k * v for k, v in hist.items() if k >= 2) / max(1, rows),
+            "histogram": {str(k): v for k, v in sorted(hist.items())}}
+
+
+def prepare(size: str, env: str) -> tuple[Path, dict]:
+    """Warm start, step-group statistics and step-0 evaluation of one environment, under a file lock: workers
+    started together wait for the first one instead of training the same warm start twice."""
+    directory = env_dir(size, env)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "prepare.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process dies
+        warm = warm_start_of(size, env)
+        step_group_stats(size, env, warm)
+        start = start_eval(size, env, warm)
+    return warm, start
 
 
 def claim(run_dir: Path) -> bool:
     """Take a run for this process (several workers can share the job list): False when another live
-    process holds it. A claim left by a dead process is taken over."""
+    process holds it. A claim left by a dead process is taken over (the run resumes from its checkpoint)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "claimed_by"
     for _ in range(2):
@@ -146,57 +294,58 @@ def claim(run_dir: Path) -> bool:
     return False
 
 
+def eval_steps(preset: Preset) -> list[int]:
+    """The steps a run is evaluated at: every eval_every steps, and the last."""
+    every = preset.eval_every or preset.steps
+    return sorted({*range(every, preset.steps + 1, every), preset.steps})
+
+
+def train_config(size: str, env: str, method: str, seed: int, warm_path: Path) -> TrainConfig:
+    """One run's config. It evaluates only at the end of a call: run_one calls train() up to each evaluation
+    step in turn (resuming from the checkpoint saved there), so no run repeats the shared step-0 evaluation."""
+    preset = PRESETS[size]
+    return TrainConfig(env=env, model=str(warm_path), run_dir=str(run_dir_of(size, env, method, seed)),
+                       credit=method, steps=preset.steps, tasks_per_step=preset.tasks_per_step,
+                       group_size=preset.group_size, max_turns=max_turns_of(preset, env),
+                       max_new_tokens=preset.max_new_tokens, lr=preset.lr, eval_every=0, eval_tasks=preset.eval_tasks,
+                       checkpoint_every=0, seed=seed, task_filter=ENV_OPTIONS[env]["rl_filter"], progress=False)
+
+
 def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start: dict) -> dict | None:
-    """One training run (skipped when its result.json exists); returns its result, or None when
-    another worker is running it."""
-    preset, opts = PRESETS[size], ENV_OPTIONS[env]
-    run_dir = run_dir_of(size, env, method, seed)
+    """One training run (skipped when its result.json exists); returns its result, or None when another
+    worker is running it. Its checkpoint is deleted at the end; metrics.jsonl and result.json stay."""
+    preset = PRESETS[size]
+    config = train_config(size, env, method, seed, warm_path)
+    run_dir = Path(config.run_dir)
     result_path = run_dir / "result.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
     if not claim(run_dir):
         return None
-    config = TrainConfig(env=env, model=str(warm_path), run_dir=str(run_dir), credit=method, steps=preset.steps,
-                         tasks_per_step=preset.tasks_per_step, group_size=preset.group_size,
-                         max_turns=preset.max_turns or opts["max_turns"], max_new_tokens=preset.max_new_tokens, lr=preset.lr,
-                         eval_every=preset.eval_every, eval_tasks=preset.eval_tasks,
-                         checkpoint_every=preset.eval_every or 2, seed=seed, task_filter=opts["rl_filter"],
-                         progress=False)
+    if result_path.exists():  # finished by a worker that exited between the check above and the claim
+        return json.loads(result_path.read_text())
     t0 = time.perf_counter()
-    train(config)
+    for stop in eval_steps(preset):
+        if train(dataclasses.replace(config, steps=stop))["interrupted"]:
+            raise KeyboardInterrupt  # train() saved a checkpoint; the next invocation resumes this run
     rows = read_metrics(run_dir)
     evals = [r for r in rows if r["kind"] == "eval"]
-    train_rows = [r for r in rows if r["kind"] == "train"]
+    trains = [r for r in rows if r["kind"] == "train"]
     sizes: Counter = Counter()
-    for r in train_rows:
+    for r in trains:
         sizes.update({int(k): v for k, v in (r.get("step_group_sizes") or {}).items()})
-    result = {"env": env, "method": method, "seed": seed, "size": size,
-              "curve": [(0, start["success"])] + [(r["step"], r["success"]) for r in evals if r["step"] > 0],
-              "final": evals[-1]["success"],
-              "seconds": time.perf_counter() - t0, "train_tokens": sum(r.get("train_tokens", 0) for r in train_rows),
-              "step_group_sizes": dict(sizes)}
+    result = {"env": env, "method": method, "seed": seed, "size": size, "preset": asdict(preset),
+              "curve": [(0, start["success"])] + [(r["step"], r["success"]) for r in evals],
+              "final": evals[-1]["success"], "seconds": time.perf_counter() - t0,
+              "train_tokens": sum(r.get("train_tokens", 0) for r in trains), "steps_run": len(trains),
+              "equal_reward_groups": sum(r.get("equal_reward_groups", 0) for r in trains),
+              "updates": sum(not r.get("skipped_update") for r in trains),
+              "step_group_sizes": dict(sizes), "step_rows": sum(k * v for k, v in sizes.items()),
+              "machine": machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+              "date": time.strftime("%Y-%m-%d %H:%M")}
     result_path.write_text(json.dumps(result))
-    shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)  # ~0.5-1.5 GB each; the result and metrics stay
+    shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)  # ~1.6 GB each with the optimizer state
     return result
-
-
-def step_group_stats(env: str, warm_path: Path, preset: Preset, size: str, seed: int = 0) -> dict:
-    """GiGPO's step groups on rollouts of the warm-start model on the RL tasks (the runs' task filter):
-    how often states recur. Cached per environment."""
-
-    def compute() -> dict:
-        model, tokenizer = load_policy(str(warm_path))
-        tasks = filter_tasks(load_tasks(env, "train"), ENV_OPTIONS[env]["rl_filter"])[: preset.tasks_per_step]
-        groups = rollout(model, tokenizer, env, tasks, group_size=preset.group_size,
-                         max_turns=preset.max_turns or ENV_OPTIONS[env]["max_turns"],
-                         max_new_tokens=preset.max_new_tokens, temperature=1.0, seed=seed, progress=False)
-        anchors = [s.anchor for g in groups for t in g for s in t.steps]
-        group_ids = [t.group_id for g in groups for t in g for _ in t.steps]
-        sizes = step_group_sizes(anchors, group_ids)
-        return {"rows": len(anchors), "fraction_in_groups_ge2": sum(s for s in sizes if s >= 2) / max(1, len(anchors)),
-                "histogram": {str(k): v for k, v in sorted(Counter(sizes).items())}}
-
-    return cached_json(env_dir(size, env) / "group_stats.json", compute)
 
 
 def machine() -> str:
@@ -205,19 +354,152 @@ def machine() -> str:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    import torch
-
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{cpu}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}"
+    return f"{cpu}, {os.cpu_count()} cores, {gpu}"
 
 
-def train_rows(size: str, result: dict) -> list[dict]:
-    """The training-step metrics of one finished run."""
-    run_dir = run_dir_of(size, result["env"], result["method"], result["seed"])
-    return [r for r in read_metrics(run_dir) if r["kind"] == "train"]
+def finished_results(size: str) -> list[dict]:
+    """Every finished run of this preset, from earlier invocations and other workers too."""
+    return [json.loads(p.read_text()) for p in sorted(preset_dir(size).glob("*/*/seed*/result.json"))]
 
 
-def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path, out_png: Path) -> None:
+# ------------------------------------------------------------------------------------------------------
+# the report
+# ------------------------------------------------------------------------------------------------------
+
+
+def by_seed(results: list[dict], env: str, method: str) -> dict[int, dict]:
+    return {r["seed"]: r for r in results if r["env"] == env and r["method"] == method}
+
+
+def method_rows(size: str, env: str, methods: list[str], results: list[dict]) -> list[str]:
+    """The per-method table rows of one environment, after the warm start's row."""
+    preset = PRESETS[size]
+    start_path = env_dir(size, env) / "start_eval.json"
+    lines = []
+    if start_path.exists():
+        st = json.loads(start_path.read_text())
+        lines.append(f"| {env} | *warm start (step 0)* | - | 0: {st['success']:.3f} | {st['success']:.3f} | - | "
+                     f"95% Wilson interval [{st['ci_low']:.3f}, {st['ci_high']:.3f}] on {st['n']} tasks | - | - | - | - |")
+    for m in methods:
+        rs = list(by_seed(results, env, m).values())
+        if not rs:
+            continue
+        finals = [r["final"] for r in rs]
+        sd = f"{np.std(finals, ddof=1):.3f}" if len(rs) > 1 else "-"
+        steps = [s for s, _ in rs[0]["curve"]]
+        curve = ", ".join(f"{s}: {np.mean([dict(r['curve'])[s] for r in rs]):.3f}" for s in steps)
+        per_seed = ", ".join(f"{r['seed']}: {r['final']:.3f}" for r in rs)
+        runs = sum(r["steps_run"] for r in rs)
+        equal = sum(r["equal_reward_groups"] for r in rs) / max(1, runs * preset.tasks_per_step)
+        lines.append(f"| {env} | {m} | {len(rs)} | {curve} | {np.mean(finals):.3f} | {sd} | {per_seed} | "
+                     f"{equal:.2f} | {sum(r['updates'] for r in rs)}/{runs} | "
+                     f"{np.mean([r['seconds'] for r in rs]) / 60:.1f} | {np.mean([r['train_tokens'] for r in rs]):.0f} |")
+    return lines
+
+
+def comparison_rows(size: str, env: str, methods: list[str], results: list[dict]) -> list[str]:
+    """Every method against the baseline, and against the warm start, paired by seed."""
+    n_tasks = PRESETS[size].eval_tasks
+    start_path = env_dir(size, env) / "start_eval.json"
+    start = json.loads(start_path.read_text())["success"] if start_path.exists() else None
+    lines = []
+    pairs = [(m, BASELINE) for m in methods if m != BASELINE] + [(m, "warm start") for m in methods]
+    for a, b in pairs:
+        runs_a = by_seed(results, env, a)
+        runs_b = by_seed(results, env, b) if b != "warm start" else {s: {"final": start} for s in runs_a}
+        seeds = sorted(set(runs_a) & set(runs_b))
+        if (b == "warm start" and start is None) or not seeds:
+            continue
+        if len(seeds) < 2:
+            lines.append(f"| {env} | {a} - {b} | {len(seeds)} | - | - | - | - | not tested: one paired seed so far |")
+            continue
+        c = paired_comparison([runs_a[s]["final"] for s in seeds], [runs_b[s]["final"] for s in seeds])
+        p = "-" if math.isnan(c["p"]) else f"{c['p']:.2g}"
+        mde = "-" if math.isnan(c["mde"]) else f"{c['mde']:.3f}"
+        lines.append(f"| {env} | {a} - {b} | {c['n']} | {c['mean_diff']:+.3f} | [{c['low']:+.3f}, {c['high']:+.3f}] | "
+                     f"{p} | {mde} | {verdict(a, b, c, n_tasks)} |")
+    return lines
+
+
+def group_rows(size: str, envs: list[str], results: list[dict]) -> list[str]:
+    """GiGPO's step groups: on the warm start's rollouts (cached by prepare), and during the gigpo runs."""
+    lines = []
+    for env in envs:
+        path = env_dir(size, env) / "group_stats.json"
+        if path.exists():
+            s = json.loads(path.read_text())
+            lines.append(f"| {env} | warm start, one step's rollouts | {s['rows']} | {s['fraction_in_groups_ge2']:.2f} | "
+                         f"{', '.join(f'{k}: {v}' for k, v in s['histogram'].items())} |")
+        gigpo = [r for r in results if r["env"] == env and r["method"] == "gigpo"]
+        if gigpo:
+            hist: Counter = Counter()
+            for r in gigpo:
+                hist.update({int(k): v for k, v in r["step_group_sizes"].items()})
+            s = group_summary(hist, sum(r["step_rows"] for r in gigpo))
+            lines.append(f"| {env} | gigpo runs, all steps of {len(gigpo)} seeds | {s['rows']} | "
+                         f"{s['fraction_in_groups_ge2']:.2f} | {', '.join(f'{k}: {v}' for k, v in s['histogram'].items())} |")
+    return lines
+
+
+def header(size: str, results: list[dict]) -> list[str]:
+    """What ran where: preset, machines, threads, torch, dates (from the runs' result.json files)."""
+    p = PRESETS[size]
+    warm = ("the course's full-mode warm start (`course_lib.notebook.course_warm_start(env)`)" if p.warm is None
+            else f"a warm start on {p.warm.n_demos} expert demonstrations, {p.warm.steps} steps of batch "
+                 f"{p.warm.batch_size}, lr {p.warm.lr}")
+    filters = "; ".join(f"{env}: {ENV_OPTIONS[env]['rl_filter']}, {max_turns_of(p, env)} turns"
+                        for env in sorted({r["env"] for r in results}))
+    dates = sorted(r["date"] for r in results)
+    seen = sorted({f"{r['machine']}, {r['threads']} torch threads per worker, torch {r['torch']}" for r in results})
+    return [f"# Credit-assignment shoot-out ({size} preset)", "",
+            f"Machine: {'; '.join(seen)}. Runs finished {dates[0]} to {dates[-1]}; this file written "
+            f"{time.strftime('%Y-%m-%d %H:%M')}.",
+            f"Budget per run: {p.steps} RL steps x {p.tasks_per_step} tasks x group {p.group_size}, at most "
+            f"{p.max_new_tokens} new tokens per turn, lr {p.lr}; RL and held-out tasks ({filters}); held-out success "
+            f"(greedy, one episode per task) on the first {p.eval_tasks} test tasks at steps "
+            f"{', '.join(map(str, [0] + eval_steps(p)))}. Every run starts from {warm}; step 0 is its evaluation, "
+            "computed once. A seed gives every method the same training tasks at every step.", ""]
+
+
+def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) -> None:
+    """The results file and the plot, from whatever runs have finished (each table says how many seeds)."""
+    envs = sorted({r["env"] for r in results})
+    methods = [m for m in METHODS if any(r["method"] == m for r in results)]
+    lines = header(size, results) + [
+        "## Held-out success per method", "",
+        "Final success: mean over seeds, its standard deviation over seeds (the spread of training runs on these "
+        "test tasks; intervals for differences are in the next table), and each seed's value. Equal-reward groups: the share of sampled groups whose rollouts all "
+        "got the same reward (outcome and turn credit skip them; GiGPO keeps those whose step advantages are not "
+        "all zero; the critic trains on all). Updates: optimizer steps taken out of the steps run, over all seeds. "
+        "Wall time and training tokens: means per run.", "",
+        "| environment | method | seeds | mean success by step | final success | SD over seeds | per seed | "
+        "equal-reward groups | updates | wall time (min) | train tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for env in envs:
+        lines += method_rows(size, env, methods, results)
+    lines += ["", "## Paired comparisons (by seed, final success)", "",
+              f"Difference a - b over the seeds both have; 95% t-interval of the mean difference; two-sided paired "
+              f"t-test p-value (per comparison, not corrected for the several comparisons); MDE: the smallest true "
+              f"mean difference the test would detect at alpha {ALPHA} with power {POWER}, "
+              "(t_{0.975,n-1} + t_{0.80,n-1}) * sd_diff / sqrt(n), from the observed spread of the differences. "
+              "'b = warm start' tests whether RL changed success at all.", "",
+              "| environment | a - b | seeds | mean difference | 95% interval | p | MDE | verdict |",
+              "|---|---|---|---|---|---|---|---|"]
+    for env in envs:
+        lines += comparison_rows(size, env, methods, results)
+    lines += ["", "## GiGPO step groups", "",
+              "How many step rows share their anchor state with another row of the same group. GiGPO's step-level "
+              "advantage is zero for singleton groups.", "",
+              "| environment | rollouts | step rows | fraction in groups of size >= 2 | group-size histogram (size: groups) |",
+              "|---|---|---|---|---|"] + group_rows(size, envs, results)
+    out_md.write_text("\n".join(lines) + "\n")
+    plot(size, envs, methods, results, out_png)
+
+
+def plot(size: str, envs: list[str], methods: list[str], results: list[dict], path: Path) -> None:
+    """Held-out success against RL step, one panel per environment: per method the mean over seeds with its
+    95% t-band, and each seed as a thin line. Methods are offset slightly in x, so coinciding curves show."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,113 +507,70 @@ def write_report(size: str, results: list[dict], group_stats: dict, out_md: Path
 
     from course_lib.viz import method_color
 
-    envs = sorted({r["env"] for r in results})
-    methods = [m for m in METHODS if any(r["method"] == m for r in results)]
-    preset = PRESETS[size]
-    lines = [f"# Credit-assignment shoot-out ({size} preset)", "",
-             f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}.",
-             f"Budget per run: {preset.steps} RL steps x {preset.tasks_per_step} tasks x group {preset.group_size}, "
-             f"{preset.max_new_tokens} tokens per turn; held-out success on {preset.eval_tasks} test tasks "
-             "(greedy). Every run starts from the same warm start of its environment.", "",
-             "Final held-out success: mean over seeds (seeds in brackets, each seed's success after them) with a "
-             "95% Wilson interval over all seeds' episodes pooled (seeds x test tasks; approximate, since every "
-             "seed is evaluated on the same tasks); wall time and training tokens are means per run.", "",
-             "Equal-reward groups: the share of sampled groups whose rollouts all got the same reward (outcome "
-             "and turn credit skip them; GiGPO keeps those whose step advantages are not all zero; the critic "
-             "trains on all); updates: optimizer steps taken out of the steps run, summed over seeds.", "",
-             "| environment | method | success | 95% interval | seeds: success of each | equal-reward groups | updates | "
-             "wall time (s) | train tokens |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for env in envs:
-        start_path = env_dir(size, env) / "start_eval.json"
-        if start_path.exists():
-            st = json.loads(start_path.read_text())
-            lines.append(f"| {env} | *warm start (step 0)* | {st['success']:.3f} | [{st['ci_low']:.3f}, {st['ci_high']:.3f}] "
-                         f"(Wilson, {st['n']} tasks) | - | - | - | - | - |")
-        for m in methods:
-            rs = [r for r in results if r["env"] == env and r["method"] == m]
-            if not rs:
-                continue
-            mean, lo, hi = pooled_ci([r["final"] for r in rs], preset.eval_tasks)
-            rows = [row for r in rs for row in train_rows(size, r)]
-            no_signal = sum(row.get("equal_reward_groups", 0) for row in rows) / max(1, len(rows) * preset.tasks_per_step)
-            updates = sum(not row.get("skipped_update") for row in rows)
-            per_seed = ", ".join(f"{r['final']:.3f}" for r in rs)
-            lines.append(f"| {env} | {m} | {mean:.3f} | [{lo:.3f}, {hi:.3f}] | {len(rs)} "
-                         f"({', '.join(str(r['seed']) for r in rs)}): {per_seed} | {no_signal:.2f} | {updates}/{len(rows)} | "
-                         f"{np.mean([r['seconds'] for r in rs]):.0f} | {np.mean([r['train_tokens'] for r in rs]):.0f} |")
-    lines += ["", "## GiGPO step groups", "",
-              "Rollouts of the warm-start model (one step's batch): how many step rows share their anchor state "
-              "with another row of the same group. GiGPO's step-level advantage is zero for singleton groups.", "",
-              "| environment | step rows | fraction in groups of size >= 2 | group-size histogram (size: count) |",
-              "|---|---|---|---|"]
-    for env in envs:  # cached by every invocation that ran this environment
-        path = env_dir(size, env) / "group_stats.json"
-        if env not in group_stats and path.exists():
-            group_stats[env] = json.loads(path.read_text())
-    for env, s in sorted(group_stats.items()):
-        lines.append(f"| {env} | {s['rows']} | {s['fraction_in_groups_ge2']:.2f} | "
-                     f"{', '.join(f'{k}: {v}' for k, v in s['histogram'].items())} |")
-    out_md.write_text("\n".join(lines) + "\n")
-
-    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), dpi=90, squeeze=False)
+    fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4.2), dpi=100, squeeze=False)
     for ax, env in zip(axes[0], envs):
-        for m in methods:
-            rs = [r for r in results if r["env"] == env and r["method"] == m]
+        steps_seen: set[int] = set()
+        for i, m in enumerate(methods):
+            rs = list(by_seed(results, env, m).values())
             if not rs:
                 continue
             steps = [s for s, _ in rs[0]["curve"]]
-            by_step = np.array([[v for _, v in r["curve"]] for r in rs if len(r["curve"]) == len(steps)])
-            cis = [pooled_ci(list(col), preset.eval_tasks) for col in by_step.T]
-            ax.plot(steps, [c[0] for c in cis], marker="o", label=m, color=method_color(m))
-            ax.fill_between(steps, [c[1] for c in cis], [c[2] for c in cis], alpha=0.2, color=method_color(m))
-        ax.set_title(f"{env}: held-out success ({size} preset)")
+            steps_seen.update(steps)
+            x = np.array(steps) + 0.012 * max(steps) * (i - (len(methods) - 1) / 2)
+            values = np.array([[v for _, v in r["curve"]] for r in rs])
+            for row in values:
+                ax.plot(x, row, color=method_color(m), alpha=0.25, lw=0.8)
+            bands = [t_interval(col) for col in values.T]
+            ax.plot(x, [b[0] for b in bands], marker="o", lw=2, color=method_color(m), label=f"{m} ({len(rs)} seeds)")
+            ax.fill_between(x, [max(0, b[1]) for b in bands], [min(1, b[2]) for b in bands], color=method_color(m),
+                            alpha=0.15)
+        ax.set_xticks(sorted(steps_seen))
+        ax.set_title(f"{env}: held-out success ({size} preset)\nmean over seeds, 95% t-band; thin lines: seeds")
         ax.set_xlabel("RL step")
         ax.set_ylabel("held-out success rate")
-        ax.set_ylim(0, 1)
-        ax.legend()
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_png)
+    fig.savefig(path)
     plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=sorted(PRESETS), default="cpu")
-    ap.add_argument("--envs", nargs="+", default=list(ENV_OPTIONS), choices=list(ENV_OPTIONS))
+    ap.add_argument("--envs", nargs="+", choices=list(ENV_OPTIONS), help="default: the preset's")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--seeds", nargs="+", type=int, help="default: the preset's")
+    ap.add_argument("--report", action="store_true", help="train nothing: write the results file from finished runs")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     # COURSE_THREADS=1 for workers side by side: two 2-thread workers on 2 cores ran one step 4-10x slower
     # (measured: rollout 244 s vs 67 s, update 181 s vs 19 s).
     torch.set_num_threads(course_threads())
     preset = PRESETS[args.size]
-    results, group_stats = [], {}
-    for env in args.envs:
-        warm = ensure_warm_start(env, task_filter=ENV_OPTIONS[env]["warm_filter"], progress=False, **preset.warm.options())
-        group_stats[env] = step_group_stats(env, warm, preset, args.size)
-        start = start_eval(args.size, env, warm)
-        print(f"{env:<10} warm start: held-out success {start['success']:.3f} on {start['n']} tasks", flush=True)
-        for method in args.methods:
-            for seed in args.seeds:
+    for env in [] if args.report else args.envs or preset.envs:
+        warm, start = prepare(args.size, env)
+        print(f"{env:<10} warm start {warm.name}: held-out success {start['success']:.3f} on {start['n']} tasks",
+              flush=True)
+        for seed in args.seeds if args.seeds is not None else preset.seeds:  # seed by seed: partial results pair up
+            for method in args.methods:
                 r = run_one(args.size, env, method, seed, warm, start)
                 if r is None:
                     print(f"{env:<10} {method:<8} seed {seed}: another worker is running it", flush=True)
                     continue
                 print(f"{env:<10} {method:<8} seed {seed}: final success {r['final']:.3f} ({r['seconds']:.0f} s)",
                       flush=True)
-                results.append(r)
-    # The report covers every finished run of this size, including ones from earlier invocations.
-    done = sorted(runs_dir().glob(f"shootout/{args.size}/*/*/seed*/result.json"))
-    all_results = [json.loads(p.read_text()) for p in done]
-    args.out.mkdir(parents=True, exist_ok=True)
+    results = finished_results(args.size)
     suffix = "" if args.size == "cpu" else f"_{args.size}"
     out_md, out_png = args.out / f"credit_shootout{suffix}.md", args.out / f"credit_shootout{suffix}.png"
-    write_report(args.size, all_results, group_stats, out_md, out_png)
-    print(out_md.read_text())
-    return {"results": all_results, "group_stats": group_stats, "markdown": out_md, "plot": out_png,
-            "preset": asdict(preset)}
+    if results:
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_report(args.size, results, out_md, out_png)
+        print(out_md.read_text())
+    else:
+        print(f"no finished runs under {preset_dir(args.size)} yet")
+    return {"results": results, "markdown": out_md, "plot": out_png, "preset": asdict(preset),
+            "run_root": preset_dir(args.size)}
 
 
 if __name__ == "__main__":

@@ -1,28 +1,125 @@
-"""The shoot-out script at its tiny size (one seed, one step per method), so it cannot rot."""
+"""The shoot-out script: its tiny size end to end (one seed, one step per method), so it cannot rot; its
+paired statistics against scipy and hand-computed values; its report from partial results."""
 
 import importlib.util
+import json
+import math
 import sys
 from pathlib import Path
+
+import pytest
+from scipy import stats
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "credit_shootout.py"
 
 
-def test_shootout_runs_every_method_and_resumes(tmp_path, monkeypatch):
+@pytest.fixture
+def shootout(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_RUNS", str(tmp_path / "runs"))
     spec = importlib.util.spec_from_file_location("credit_shootout", SCRIPT)
-    shootout = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "credit_shootout", shootout)  # dataclasses look their module up
-    spec.loader.exec_module(shootout)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "credit_shootout", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_comparison_matches_scipy_and_hand_values(shootout):
+    a, b = [0.5, 0.6, 0.55, 0.7, 0.65], [0.5] * 5
+    c = shootout.paired_comparison(a, b)
+    # d = 0, .1, .05, .2, .15: mean .1, sd sqrt(.025 / 4) = .0790569, se = sd / sqrt(5) = .0353553, t = 2 sqrt(2)
+    assert c["n"] == 5
+    assert c["mean_diff"] == pytest.approx(0.1)
+    assert c["sd_diff"] == pytest.approx(0.0790569, abs=1e-6)
+    assert c["t"] == pytest.approx(2 * math.sqrt(2))
+    assert c["p"] == pytest.approx(stats.ttest_rel(a, b).pvalue)
+    assert c["p"] == pytest.approx(0.04742, abs=1e-5)
+    # t_{0.975,4} = 2.776445 and t_{0.80,4} = 0.940965 (t tables)
+    assert c["low"] == pytest.approx(0.1 - 2.776445 * 0.0353553, abs=1e-6)
+    assert c["high"] == pytest.approx(0.1 + 2.776445 * 0.0353553, abs=1e-6)
+    assert c["mde"] == pytest.approx((2.776445 + 0.940965) * 0.0353553, abs=1e-6)
+    # the MDE is the effect the two-sided test finds with power about 0.8 (noncentral t, 4 degrees of freedom)
+    nc, t_crit = c["mde"] / (c["sd_diff"] / math.sqrt(5)), stats.t.ppf(0.975, 4)
+    assert stats.nct.sf(t_crit, 4, nc) + stats.nct.cdf(-t_crit, 4, nc) == pytest.approx(0.8, abs=0.02)
+    assert shootout.verdict("gigpo", "outcome", c, 40) == "resolved: gigpo > outcome (p=0.047)"
+    flipped = shootout.paired_comparison(b, a)
+    assert flipped["p"] == pytest.approx(c["p"]) and flipped["mean_diff"] == pytest.approx(-0.1)
+    assert shootout.verdict("gigpo", "outcome", flipped, 40).startswith("resolved: gigpo < outcome")
+
+
+def test_a_null_states_the_detectable_effect(shootout):
+    c = shootout.paired_comparison([0.5, 0.4, 0.6], [0.45, 0.5, 0.5])  # d = .05, -.1, .1
+    assert c["p"] == pytest.approx(stats.ttest_rel([0.5, 0.4, 0.6], [0.45, 0.5, 0.5]).pvalue)
+    line = shootout.verdict("turn", "outcome", c, 40)
+    assert line == f"not resolved (p={c['p']:.2f}); the run could detect differences of about {c['mde']:.2f} or larger"
+    # no spread: the t-test is undefined, and the detectable effect comes from the evaluation's binomial noise
+    same = shootout.paired_comparison([0.5] * 5, [0.5] * 5)
+    assert math.isnan(same["p"]) and math.isnan(same["mde"]) and same["low"] == same["high"] == 0.0
+    mde = (2.776445 + 0.940965) * math.sqrt(0.5 / 40) / math.sqrt(5)
+    assert shootout.binomial_mde(5, 40) == pytest.approx(mde, abs=1e-6)
+    assert f"about {mde:.2f} or larger" in shootout.verdict("turn", "outcome", same, 40)
+    with pytest.raises(ValueError, match="at least two"):
+        shootout.paired_comparison([0.5], [0.4])
+
+
+def test_t_interval_and_eval_steps(shootout):
+    mean, low, high = shootout.t_interval([0.2, 0.4, 0.6])
+    assert mean == pytest.approx(0.4)
+    assert high - mean == pytest.approx(stats.t.ppf(0.975, 2) * 0.2 / math.sqrt(3))
+    assert shootout.t_interval([0.3]) == (0.3, 0.3, 0.3)
+    assert shootout.eval_steps(shootout.PRESETS["cpu"]) == [5, 10]
+    assert shootout.eval_steps(shootout.PRESETS["cpu"].replace(eval_every=0)) == [10]
+    assert shootout.eval_steps(shootout.PRESETS["cpu"].replace(eval_every=4)) == [4, 8, 10]
+
+
+def fake_result(env: str, method: str, seed: int, curve: list) -> dict:
+    """A result.json as run_one writes it (the report reads only these files)."""
+    return {"env": env, "method": method, "seed": seed, "size": "tiny", "curve": curve, "final": curve[-1][1],
+            "seconds": 60.0, "train_tokens": 100, "steps_run": 1, "equal_reward_groups": 0, "updates": 1,
+            "step_group_sizes": {"1": 2, "2": 1} if method == "gigpo" else {}, "step_rows": 4 if method == "gigpo" else 0,
+            "machine": "test machine", "threads": 1, "torch": "x", "date": "2026-12-01 10:00"}
+
+
+def test_report_from_partial_results(shootout, tmp_path):
+    """The results file comes from whatever runs have finished: here outcome has 3 seeds, gigpo 2, turn 1."""
+    env_dir = shootout.env_dir("tiny", "gridworld")
+    env_dir.mkdir(parents=True)
+    (env_dir / "start_eval.json").write_text(json.dumps({"success": 0.5, "ci_low": 0.1, "ci_high": 0.9, "n": 2,
+                                                         "warm_start": "w"}))
+    runs = {("outcome", 0): 0.5, ("outcome", 1): 1.0, ("outcome", 2): 0.5, ("gigpo", 0): 1.0, ("gigpo", 1): 1.0,
+            ("turn", 0): 0.0}
+    for (method, seed), final in runs.items():
+        run_dir = shootout.run_dir_of("tiny", "gridworld", method, seed)
+        run_dir.mkdir(parents=True)
+        (run_dir / "result.json").write_text(json.dumps(fake_result("gridworld", method, seed, [[0, 0.5], [1, final]])))
+    out = shootout.main(["--size", "tiny", "--report", "--out", str(tmp_path / "results")])
+    table = out["markdown"].read_text()
+    assert "| gridworld | outcome | 3 | 0: 0.500, 1: 0.667 | 0.667 | 0.289 | 0: 0.500, 1: 1.000, 2: 0.500 |" in table
+    assert "| gridworld | gigpo | 2 |" in table and "| gridworld | turn | 1 |" in table
+    c = shootout.paired_comparison([1.0, 1.0], [0.5, 1.0])
+    assert f"| gridworld | gigpo - outcome | 2 | +0.250 | [{c['low']:+.3f}, {c['high']:+.3f}] | {c['p']:.2g} |" in table
+    assert "| gridworld | turn - outcome | 1 | - | - | - | - | not tested: one paired seed so far |" in table
+    assert "| gridworld | outcome - warm start | 3 | +0.167 |" in table
+    assert "or larger" in table
+    assert "| gridworld | gigpo runs, all steps of 2 seeds | 8 | 0.50 | 1: 4, 2: 2 |" in table
+    assert "Machine: test machine, 1 torch threads per worker, torch x." in table
+    assert out["plot"].stat().st_size > 0
+
+
+def test_shootout_runs_every_method_and_resumes(shootout, tmp_path):
     args = ["--size", "tiny", "--envs", "gridworld", "--seeds", "0", "--out", str(tmp_path / "results")]
     out = shootout.main(args)
     assert sorted(r["method"] for r in out["results"]) == sorted(shootout.METHODS)
     table = out["markdown"].read_text()
     for method in shootout.METHODS:
-        assert f"| gridworld | {method} |" in table
+        assert f"| gridworld | {method} | 1 |" in table
+    assert "| gridworld | *warm start (step 0)* |" in table
+    assert "| gridworld | warm start, one step's rollouts |" in table
     assert out["plot"].stat().st_size > 0
-    assert out["group_stats"]["gridworld"]["rows"] > 0
+    for r in out["results"]:  # step 0 is the shared evaluation; the run evaluated itself once, at its last step
+        assert [s for s, _ in r["curve"]] == [0, 1] and r["steps_run"] == 1
+        assert not (shootout.run_dir_of("tiny", "gridworld", r["method"], 0) / "checkpoint").exists()
     # A second invocation finds every run finished and trains nothing.
-    stamps = {p: p.stat().st_mtime for p in (tmp_path / "runs").glob("shootout/tiny/*/*/seed0/result.json")}
+    stamps = {p: p.stat().st_mtime for p in out["run_root"].glob("*/*/seed0/result.json")}
     assert len(stamps) == len(shootout.METHODS)
     shootout.main(args)
     assert {p: p.stat().st_mtime for p in stamps} == stamps

@@ -34,8 +34,9 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
      "a commit hash: the repository's history is not teaching text"),
     ("review", re.compile(r"\breview(s|ed|er|ers)?\b", re.IGNORECASE),
      "review history: what a review found goes to the README; the notebook teaches the result"),
-    ("session", re.compile(r"\bsessions?\b", re.IGNORECASE),
-     "a working session: process history goes to the README"),
+    ("session", re.compile(r"(?<!colab )(?<!runtime )(?<!restart )(?<!restart the )(?<!kernel )(?<!your )"
+                           r"\bsessions?\b", re.IGNORECASE),
+     "a working session: process history goes to the README (a Colab or kernel session is fine)"),
     ("seed story", re.compile(r"\bseeds?\s+\d+\s*(to|-|–|through)\s*\d+\b|\bof (the )?seeds\b"
                               r"|\bseed\s+\d+\s+(was|is|got|were)\s+(picked|chosen|selected|kept)\b",
                               re.IGNORECASE),
@@ -102,6 +103,7 @@ GOOD = [
     "Expected time: about 2 minutes with `COURSE_FAST=1` on a 2-core CPU; see the README.",
     "May the best policy win: the scores decide, in March or in May.",
     "the first hex digits of its SHA-256, as in t3f9a",
+    "On Colab, choose Runtime > Restart session after the install cell, then run your session's next cell.",
 ]
 
 

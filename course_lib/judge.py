@@ -2,12 +2,21 @@
 
 Two ways to judge, and the caller picks one by name (nothing swaps them behind its back):
 
-* **group** (`score_group`, RULER's idea, with its known weaknesses fixed): one judge call per group.
-  The messages all trajectories share (system prompt, task) are sent once, then each trajectory's
-  remainder under a short id that depends on its content, not its position. The judge answers JSON
-  ``[{"id", "explanation", "score"}]`` and scores are matched **by id**. The order is shuffled
-  (seeded) against position bias; ``two_orders=True`` scores the group a second time in reversed
-  order and averages; ``reverse=True`` reads it in the reversed order alone.
+* **group** (`score_group`, the idea of OpenPipe's RULER, with its known weaknesses fixed): the judge
+  reads the whole group at once. The messages all trajectories share (system prompt, task) are sent
+  once, then each trajectory's remainder under a short id that depends on its content, not its
+  position. The order is shuffled (seeded) against position bias; ``two_orders=True`` scores the group
+  a second time in reversed order and averages; ``reverse=True`` reads it in the reversed order alone;
+  the result records the order(s) read (``orders``, ``positions``). The answer is read one of two ways:
+
+  - **forced** (``method == "group_forced"``, the default for a backend that gives next-token
+    probabilities: `LocalJudge`, or an endpoint with the completions API's logprobs): the judge
+    writes nothing. Its answer is forced to start ``Scores:\nid t3f2: `` and the score is the expected
+    digit under its next-token distribution, score = Σ_d d·P(d) / (9·Σ_d P(d)) over d = 0..9, read for
+    every id (each line straight after the header, see `LocalJudge.forced_scores`). A read whose
+    digits get less than `min_mass` of the probability fails the group: the judge was not answering.
+  - **json** (``method == "group_json"``): the judge writes ``[{"id", "explanation", "score"}]``
+    and scores are matched **by id**: for endpoint models that write JSON reliably.
 * **pointwise** (`score_pointwise`): each distinct trajectory alone, scored by P(yes) for "did the
   agent complete the task?", read from the backend's next-token distribution with the rubric as the
   system message. Always a valid number and free of position bias by construction, but absolute, not
@@ -20,7 +29,8 @@ For both:
 * an answer that cannot be used (no JSON, a missing or unknown id, a score outside [0, 1]) is sent
   back with the error and re-asked at most ``max_retries`` times; after that every score of the group
   is NaN with ``failed=True`` and the failure is counted: a failed group is never silently dropped or
-  scored 0, the trainer skips it;
+  scored 0, the trainer skips it (a forced read has nothing to re-ask: too little mass on the digits
+  fails at once);
 * a request the judge rejects (HTTP 400, 413, 422: a prompt too long for it) fails its group the same
   way, at once, instead of stopping the run; 401, 403 and 404 are configuration mistakes and raise;
 * identical trajectories are scored once (all identical: no call at all, every score 0.5);
@@ -30,9 +40,9 @@ For both:
   and how many judgings were pointwise) on the result's ``metrics``; pass ``metrics=`` to add them
   to a total you keep. There is no module-wide counter.
 
-Around it: the rubrics and prompts are in `course_lib.judge_prompts`, the backends (`LocalJudge`,
-`OpenAIJudge`) in `course_lib.judge_backends`, the errors in `course_lib.judge_errors` (all re-exported
-here), and the measurement against a verifier in `course_lib.judge_quality`, which imports this module
+Around it: the rubrics and prompts are in `course_lib.judge_prompts`, reading answers (JSON, forced
+digits) in `course_lib.judge_answers`, the backends (`LocalJudge`, `OpenAIJudge`) in
+`course_lib.judge_backends`, the errors in `course_lib.judge_errors` (all re-exported here), and the measurement against a verifier in `course_lib.judge_quality`, which imports this module
 (never the reverse).
 """
 
@@ -43,7 +53,6 @@ import json
 import math
 import os
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -51,15 +60,19 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from course_lib.judge_backends import Completion, LocalJudge, OpenAIJudge, YesNo
+from course_lib.judge_answers import MIN_DIGIT_MASS, expected_digit, extract_json, parse_scores
+from course_lib.judge_backends import Completion, ForcedScores, LocalJudge, OpenAIJudge, YesNo
 from course_lib.judge_errors import JudgeAnswerError, JudgeRequestRejected, JudgeUnavailable
 from course_lib.judge_prompts import (
     DEFAULT_RUBRIC,
+    SCORES_HEADER,
     TURN_RUBRIC,
     as_conversation,
+    forced_group_prompt,
     group_prompt,
     pointwise_prompt,
     render_messages,
+    score_line,
     shared_prefix,
     short_ids,
     trajectory_turns,
@@ -70,21 +83,22 @@ from course_lib.trajectory import Trajectory
 
 __all__ = [
     # the judges
-    "METHODS", "score_group", "score_pointwise", "score_turns", "score_turns_pointwise",
+    "METHODS", "GROUP_ANSWERS", "score_group", "score_pointwise", "score_turns", "score_turns_pointwise",
     # what they return
     "JudgeScore", "GroupScores", "TurnScores", "JudgeMetrics",
     # reading answers
-    "extract_json", "parse_scores",
+    "extract_json", "parse_scores", "expected_digit",
     # re-exported: prompts (judge_prompts), backends (judge_backends), errors (judge_errors)
-    "DEFAULT_RUBRIC", "TURN_RUBRIC", "render_messages", "shared_prefix", "group_prompt", "pointwise_prompt",
-    "turn_prompt", "LocalJudge", "OpenAIJudge", "Completion", "YesNo",
+    "DEFAULT_RUBRIC", "TURN_RUBRIC", "render_messages", "shared_prefix", "group_prompt", "forced_group_prompt",
+    "pointwise_prompt", "turn_prompt", "LocalJudge", "OpenAIJudge", "Completion", "ForcedScores", "YesNo",
     "JudgeUnavailable", "JudgeAnswerError", "JudgeRequestRejected",
 ]
 
-# The two ways to judge: "group" (one relative call, JSON by id) and "pointwise" (P(yes) one at a time).
+# The two ways to judge: "group" (the whole group at once, scores by id) and "pointwise" (P(yes) one at a time).
 METHODS = ("group", "pointwise")
-# Scores may overshoot [0, 1] by float noise only; anything larger is an error the judge must fix.
-SCORE_TOLERANCE = 1e-6
+# How a group judging's answer is read: "forced" (digits' probabilities at forced positions), "json" (the
+# judge writes a JSON list), "auto" (forced when the backend can, else json).
+GROUP_ANSWERS = ("auto", "forced", "json")
 
 
 @dataclass
@@ -139,17 +153,28 @@ class JudgeMetrics:
 class GroupScores(list):
     """One `JudgeScore` per trajectory, in input order, with how they were judged attached.
 
-    method: "group" or "pointwise"; metrics: this judging's own `JudgeMetrics`; failed: whether the
-    judging failed (then every score is NaN).
+    method: "group_forced", "group_json" or "pointwise"; metrics: this judging's own `JudgeMetrics`;
+    failed: whether the judging failed (then every score is NaN). ids: each trajectory's content id
+    (identical trajectories share one). orders: for group judging, the ids in the order the judge read
+    them, one list per order read (two with ``two_orders``; none when no call was needed: all
+    trajectories identical); positions: each trajectory's place (0 = first) in the first order read.
     """
 
-    def __init__(self, scores: Iterable[JudgeScore], method: str, metrics: JudgeMetrics):
+    def __init__(self, scores: Iterable[JudgeScore], method: str, metrics: JudgeMetrics, *,
+                 ids: list[str] | None = None, orders: list[list[str]] | None = None):
         super().__init__(scores)
         self.method, self.metrics = method, metrics
+        self.ids, self.orders = ids or [], orders or []
 
     @property
     def failed(self) -> bool:
         return any(s.failed for s in self)
+
+    @property
+    def positions(self) -> list[int | None]:
+        """Where each trajectory stood in the first order the judge read (None: no order was read)."""
+        first = self.orders[0] if self.orders else []
+        return [first.index(i) if i in first else None for i in self.ids]
 
 
 class TurnScores(list):
@@ -164,90 +189,6 @@ class TurnScores(list):
         self.explanations = explanations
         self.failed = failed
         self.method, self.metrics = method, metrics if metrics is not None else JudgeMetrics()
-
-
-# ----- reading the judge's answer ------------------------------------------------------------------
-
-
-def _entries(data: Any) -> Any:
-    """The list of score entries: a dict wrapping one list (``{"scores": [...]}``) is unwrapped, a lone
-    entry becomes a list of one."""
-    if isinstance(data, dict):
-        lists = [v for v in data.values() if isinstance(v, list)]
-        return lists[0] if len(lists) == 1 else [data]
-    return data
-
-
-def _looks_like_scores(value: Any, key: str) -> bool:
-    """A list of objects carrying "score" or `key`, or a dict wrapping one. A lone entry does not count
-    here: prose often quotes the format ("like {"id": ..., "score": 0.0}") before the real list."""
-    if isinstance(value, dict):
-        lists = [v for v in value.values() if isinstance(v, list)]
-        value = lists[0] if len(lists) == 1 else None
-    return (isinstance(value, list) and bool(value) and all(isinstance(e, dict) for e in value)
-            and any("score" in e or key in e for e in value))
-
-
-def extract_json(text: str, key: str = "id") -> Any:
-    """The judge's JSON answer in a chatty text (code fences and text around are ignored).
-
-    Fenced blocks are read first, then the whole text. The first array or object shaped like scores
-    wins: a list of objects carrying "score" or `key`, or a dict wrapping such a list, so JSON-looking
-    prose before it ("scores are in [0, 1]", a quoted example entry) is skipped. When nothing has that
-    shape, the first JSON array or object is returned (a lone entry, or something the caller can say
-    is wrong). Raises JudgeAnswerError when there is no JSON at all.
-    """
-    fenced = re.findall(r"```(?:json)?\s*(.*?)```", text, flags=re.DOTALL)
-    decoder = json.JSONDecoder()
-    first = None
-    for candidate in fenced + [text]:
-        for match in re.finditer(r"[\[{]", candidate):
-            try:
-                value, _ = decoder.raw_decode(candidate, match.start())
-            except json.JSONDecodeError:
-                continue
-            if _looks_like_scores(value, key):
-                return value
-            if first is None and (isinstance(value, list) or (isinstance(value, dict) and value)):
-                first = value
-    if first is None:
-        raise JudgeAnswerError("no JSON list found in the answer")
-    return first
-
-
-def _as_score(value: Any, where: str) -> float:
-    if isinstance(value, bool):  # float(True) is 1.0, but "score": true is not a score
-        raise JudgeAnswerError(f"{where}: score {json.dumps(value)} is not a number")
-    try:
-        score = float(value)
-    except (TypeError, ValueError):
-        raise JudgeAnswerError(f"{where}: score {value!r} is not a number") from None
-    if math.isnan(score) or not (-SCORE_TOLERANCE <= score <= 1 + SCORE_TOLERANCE):
-        raise JudgeAnswerError(f"{where}: score {value!r} is outside [0, 1]")
-    return min(1.0, max(0.0, score))  # only float noise is clipped
-
-
-def parse_scores(text: str, expected: list[str], key: str = "id") -> dict[str, tuple[float, str]]:
-    """Parse ``[{key, explanation, score}, ...]`` into {id: (score, explanation)}, checking every id.
-
-    Missing, unknown or repeated ids and scores that are not numbers in [0, 1] (``true`` is not 1)
-    raise JudgeAnswerError with a message the judge can act on. A dict wrapping the list
-    (``{"scores": [...]}``) is accepted; JSON in the prose before the list is skipped (`extract_json`).
-    """
-    found: dict[str, tuple[float, str]] = {}
-    for item in _entries(extract_json(text, key)):
-        if not isinstance(item, dict) or key not in item or "score" not in item:
-            raise JudgeAnswerError(f'every entry needs "{key}" and "score"; got {json.dumps(item)[:100]}')
-        item_id = str(item[key]).strip()
-        if item_id not in expected:
-            raise JudgeAnswerError(f"unknown {key} {item_id!r}; the {key}s are: {', '.join(expected)}")
-        if item_id in found:
-            raise JudgeAnswerError(f"{key} {item_id!r} is scored twice")
-        found[item_id] = (_as_score(item["score"], f"{key} {item_id}"), str(item.get("explanation", "")))
-    missing = [i for i in expected if i not in found]
-    if missing:
-        raise JudgeAnswerError(f"no score for {key} {', '.join(missing)}; score every one of: {', '.join(expected)}")
-    return found
 
 
 # ----- asking with bounded retries ------------------------------------------------------------------
@@ -308,6 +249,34 @@ def _yes_no(judge, messages: list[dict[str, str]], metrics: JudgeMetrics) -> flo
         metrics.seconds += time.perf_counter() - t0
 
 
+def _ask_forced(judge, messages: list[dict[str, str]], ids: list[str], *, min_mass: float,
+                metrics: JudgeMetrics) -> tuple[dict[str, tuple[float, str]] | None, str]:
+    """One forced-position read of a group: ({id: (score, explanation)}, "") or (None, why it failed).
+
+    Nothing is re-asked: the same prompt would give the same probabilities.
+    """
+    t0 = time.perf_counter()
+    try:
+        read = judge.forced_scores(messages, SCORES_HEADER, [score_line(i) for i in ids])
+        metrics.tokens += read.tokens
+        found = {}
+        for i, probs in zip(ids, read.digit_probs):
+            try:
+                found[i] = expected_digit(probs, min_mass)
+            except JudgeAnswerError as exc:
+                raise JudgeAnswerError(f"id {i}: {exc}") from None
+        return found, ""
+    except JudgeRequestRejected as exc:
+        metrics.record_error(str(exc))
+        return None, f"judge refused the request: {exc}"
+    except JudgeAnswerError as exc:
+        metrics.record_error(str(exc))
+        return None, f"forced read failed: {exc}"
+    finally:
+        metrics.calls += 1
+        metrics.seconds += time.perf_counter() - t0
+
+
 # ----- the group judge and the pointwise judge ----------------------------------------------------
 
 
@@ -337,89 +306,128 @@ Asker = Callable[[list[dict[str, str]], dict[str, list[dict[str, str]]]], tuple[
 
 
 def _judge_distinct(trajectories: Iterable[Trajectory | list[dict[str, str]]], ask: Asker, cache_key: tuple,
-                    *, cache_dir: str | Path | None, use_cache: bool, metrics: JudgeMetrics) -> list[JudgeScore]:
+                    *, cache_dir: str | Path | None, use_cache: bool,
+                    metrics: JudgeMetrics) -> tuple[list[JudgeScore], list[str]]:
     """What both ways of judging a group share: the shared prefix, one id per distinct trajectory, the
-    disk cache, and NaN scores with ``failed=True`` when `ask` fails. One JudgeScore per trajectory."""
+    disk cache, and NaN scores with ``failed=True`` when `ask` fails.
+
+    Returns one JudgeScore per trajectory and each trajectory's id (input order both).
+    """
     conversations = [as_conversation(t) for t in trajectories]
     if not conversations:
-        return []
+        return [], []
     metrics.groups += 1
     metrics.trajectories += len(conversations)
     n_prefix = shared_prefix(conversations)
     prefix = conversations[0][:n_prefix]
     texts = [render_messages(c[n_prefix:]) for c in conversations]
     distinct = list(dict.fromkeys(texts))  # identical trajectories are judged once
-    if len(distinct) == 1:
-        metrics.skipped_identical += 1
-        return [JudgeScore(0.5, "all trajectories are identical: nothing to compare") for _ in conversations]
-
     contents = sorted(distinct)  # ids and cache key depend on the set of contents, not the input order
     id_of = dict(zip(contents, short_ids(contents)))
+    ids = [id_of[t] for t in texts]
+    if len(distinct) == 1:
+        metrics.skipped_identical += 1
+        return [JudgeScore(0.5, "all trajectories are identical: nothing to compare") for _ in conversations], ids
+
     remainders = {id_of[t]: c[n_prefix:] for t, c in zip(texts, conversations)}  # in input order
     path = _cache_path(cache_dir, _hash(*cache_key, render_messages(prefix), contents))
     if use_cache and path.exists():
         cached = json.loads(path.read_text())
         metrics.cache_hits += 1
-        return [JudgeScore(*cached[id_of[t]]) for t in texts]
+        return [JudgeScore(*cached[i]) for i in ids], ids
 
     found, why = ask(prefix, remainders)
     if found is None:
         metrics.failed_groups += 1
-        return [JudgeScore(math.nan, why, failed=True) for _ in conversations]
+        return [JudgeScore(math.nan, why, failed=True) for _ in conversations], ids
     if use_cache:
         _write_cache(path, {i: list(v) for i, v in found.items()})
-    return [JudgeScore(*found[id_of[t]]) for t in texts]
+    return [JudgeScore(*found[i]) for i in ids], ids
 
 
-def _returned(scores: list[JudgeScore], method: str, own: JudgeMetrics, total: JudgeMetrics | None) -> GroupScores:
+def _returned(scores: list[JudgeScore], method: str, own: JudgeMetrics, total: JudgeMetrics | None, *,
+              ids: list[str] | None = None, orders: list[list[str]] | None = None) -> GroupScores:
     if total is not None:
         total.add(own)
-    return GroupScores(scores, method, own)
+    return GroupScores(scores, method, own, ids=ids, orders=orders)
+
+
+def _reading_orders(ids: list[str], seed: int, reverse: bool, two_orders: bool) -> list[list[str]]:
+    """The orders a group judging reads its distinct ids in: a seeded shuffle of `ids` (reversed with
+    `reverse`), then, with `two_orders`, that order reversed."""
+    order = list(dict.fromkeys(ids))
+    random.Random(seed).shuffle(order)
+    if reverse:
+        order.reverse()
+    return [order, order[::-1]] if two_orders else [order]
+
+
+def _reads_forced(judge, answer: str) -> bool:
+    """Whether a group judging reads forced positions: `answer` "forced" or "json", or "auto" (forced when
+    the backend has `forced_scores` and says it can)."""
+    if answer not in GROUP_ANSWERS:
+        raise ValueError(f"answer must be one of {', '.join(GROUP_ANSWERS)}, got {answer!r}")
+    can = hasattr(judge, "forced_scores") and (not hasattr(judge, "can_force") or judge.can_force())
+    if answer == "forced" and not can:
+        raise TypeError(f"judge {getattr(judge, 'name', judge)!r} cannot give next-token probabilities: "
+                        "use answer='json' (or 'auto')")
+    return can if answer == "auto" else answer == "forced"
 
 
 def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubric: str = DEFAULT_RUBRIC,
                 judge=None, *, seed: int = 0, two_orders: bool = False, reverse: bool = False,
-                max_retries: int = 2, cache_dir: str | Path | None = None, use_cache: bool = True,
-                max_tokens: int = 512, metrics: JudgeMetrics | None = None) -> GroupScores:
-    """Score a group of trajectories relative to each other in one judge call: one JudgeScore per
-    trajectory, in input order (``method == "group"``).
+                answer: str = "auto", min_mass: float = MIN_DIGIT_MASS, max_retries: int = 2,
+                cache_dir: str | Path | None = None, use_cache: bool = True, max_tokens: int = 512,
+                metrics: JudgeMetrics | None = None) -> GroupScores:
+    """Score a group of trajectories relative to each other, the judge reading the whole group at once:
+    one JudgeScore per trajectory, in input order.
 
     trajectories: `Trajectory` objects (or plain chat-message lists) of one task.
-    judge: a backend with ``complete(messages, *, max_tokens, temperature) -> str`` and ``name``
-    (see `course_lib.judge_backends`).
+    judge: a backend (see `course_lib.judge_backends`) with ``name`` and ``forced_scores`` (forced reads)
+    or ``complete`` (JSON answers).
+    answer: "forced" (``method == "group_forced"``: the judge's answer is forced to ``Scores:\nid <id>: ``
+    and each score is the expected digit 0..9 at that position, divided by 9; see `expected_digit`),
+    "json" (``method == "group_json"``: the judge writes a JSON list, re-asked at most `max_retries`
+    times, each answer at most `max_tokens` long), or "auto": forced when the backend can read
+    next-token probabilities (`LocalJudge`, an endpoint with completions logprobs), else json.
+    min_mass: a forced read whose digits get less probability than this fails the group.
     seed: shuffles the order the judge reads the trajectories in (ids do not change with it).
     two_orders: also score in the reversed order and average both (twice the cost, less order bias).
     reverse: read the trajectories in the reversed order of the one `seed` draws: a second judging whose
     order surely differs when there are two or more distinct trajectories (`judge_agreement` uses it).
-    On failure (answers unusable after all tries, or a request the judge rejected, e.g. a prompt too
-    long) every score is NaN with ``failed=True`` and the reason as explanation, and the result's
-    metrics count it (as does `metrics`, when given). A `JudgeUnavailable` from the backend is raised,
-    not counted: an unreachable endpoint or a wrong key is a configuration problem, not a bad group.
+    The result's ``orders`` and ``positions`` say which order(s) were read, for measuring position bias.
+    On failure (unusable answers, too little mass on the digits, or a request the judge rejected, e.g. a
+    prompt too long) every score is NaN with ``failed=True`` and the reason as explanation, and the
+    result's metrics count it (as does `metrics`, when given). A `JudgeUnavailable` from the backend is
+    raised, not counted: an unreachable endpoint or a wrong key is a configuration problem, not a bad group.
     """
     if judge is None:
         raise ValueError("pass a judge backend, e.g. judge=LocalJudge() or judge=OpenAIJudge()")
+    forced = _reads_forced(judge, answer)
     own = JudgeMetrics()
 
     def ask(prefix, remainders):
-        order = list(remainders)  # input order, then the seeded shuffle
-        random.Random(seed).shuffle(order)
-        if reverse:
-            order.reverse()
         results = []
-        for o in [order, order[::-1]] if two_orders else [order]:
-            prompt = group_prompt(prefix, {i: remainders[i] for i in o}, rubric)
-            result, why = _ask(judge, prompt, o, key="id", max_retries=max_retries, max_tokens=max_tokens,
-                               metrics=own)
+        for order in _reading_orders(list(remainders), seed, reverse, two_orders):
+            shown = {i: remainders[i] for i in order}
+            if forced:
+                result, why = _ask_forced(judge, forced_group_prompt(prefix, shown, rubric), order,
+                                          min_mass=min_mass, metrics=own)
+            else:
+                result, why = _ask(judge, group_prompt(prefix, shown, rubric), order, key="id",
+                                   max_retries=max_retries, max_tokens=max_tokens, metrics=own)
             if result is None:
                 return None, why
             results.append(result)
         return {i: (sum(r[i][0] for r in results) / len(results), " | ".join(r[i][1] for r in results))
-                for i in order}, ""
+                for i in results[0]}, ""
 
-    # v4: the method is named in the key (before, a backend's mode chose it)
-    key = ("group-v4", rubric, judge.name, seed, two_orders, reverse)
-    scores = _judge_distinct(trajectories, ask, key, cache_dir=cache_dir, use_cache=use_cache, metrics=own)
-    return _returned(scores, "group", own, metrics)
+    # the method is named in the key (v4: before, a backend's mode chose it); forced reads have their own
+    key = ("group-forced-v1", rubric, judge.name, seed, two_orders, reverse, min_mass) if forced else \
+        ("group-v4", rubric, judge.name, seed, two_orders, reverse)
+    scores, ids = _judge_distinct(trajectories, ask, key, cache_dir=cache_dir, use_cache=use_cache, metrics=own)
+    orders = _reading_orders(ids, seed, reverse, two_orders) if len(set(ids)) > 1 else []
+    return _returned(scores, "group_forced" if forced else "group_json", own, metrics, ids=ids, orders=orders)
 
 
 def score_pointwise(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubric: str = DEFAULT_RUBRIC,
@@ -446,8 +454,8 @@ def score_pointwise(trajectories: Iterable[Trajectory | list[dict[str, str]]], r
             return None, f"judge refused the request: {exc}"
 
     key = ("pointwise-v1", rubric, judge.name)
-    scores = _judge_distinct(trajectories, ask, key, cache_dir=cache_dir, use_cache=use_cache, metrics=own)
-    return _returned(scores, "pointwise", own, metrics)
+    scores, ids = _judge_distinct(trajectories, ask, key, cache_dir=cache_dir, use_cache=use_cache, metrics=own)
+    return _returned(scores, "pointwise", own, metrics, ids=ids)
 
 
 def _check_reads_yes_no(judge) -> None:

@@ -6,24 +6,33 @@ A backend is any object with a ``name`` (part of the judge's cache key, so it na
   group and turn judging; a scripted test judge implements only this);
 * optionally ``complete_with_usage(...) -> Completion``: the same answer with this call's token counts,
   which the judge records in its metrics (a backend without it counts 0 tokens);
-* for pointwise judging (`course_lib.judge.score_pointwise`) ``yes_probability(messages) -> YesNo``.
+* for pointwise judging (`course_lib.judge.score_pointwise`) ``yes_probability(messages) -> YesNo``;
+* for forced-position group judging (`course_lib.judge.score_group`, ``answer="forced"``)
+  ``forced_scores(messages, header, lines) -> ForcedScores`` and ``can_force() -> bool``.
 
 Backends keep no running totals: every call returns its own usage, and the judge that asked adds it to
 the metrics it returns to its caller. Two backends ship here:
 
-* :class:`LocalJudge`: a model run in-process with transformers (the embedded SmolLM2-135M by default);
-* :class:`OpenAIJudge`: any OpenAI-compatible chat-completions endpoint (vLLM, Ollama, llama.cpp's
-  server, a hosted API, or ``python -m course_lib.judge_server``).
+* :class:`LocalJudge`: a model run in-process with transformers (the embedded SmolLM2-135M by default,
+  or any hub model by name on a machine that is online, e.g. ``LocalJudge("Qwen/Qwen2.5-1.5B-Instruct")``);
+* :class:`OpenAIJudge`: any OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp's server, a hosted API,
+  or ``python -m course_lib.judge_server``): chat completions, and the completions API with
+  ``logprobs`` for forced-position scores where the server has it.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from course_lib.judge_errors import JudgeRequestRejected, JudgeUnavailable
+
+# The score digits a forced-position read looks for: digit d at index d.
+SCORE_DIGITS = "0123456789"
 
 
 class Completion(NamedTuple):
@@ -41,11 +50,40 @@ class YesNo(NamedTuple):
     prompt_tokens: int
 
 
+class ForcedScores(NamedTuple):
+    """Forced-position reads: per forced line, the probability of each score digit 0..9 as the next token
+    (the variants of one digit, such as "7" and " 7", summed), and the tokens read for them."""
+
+    digit_probs: list[list[float]]
+    tokens: int
+
+
+class TextCompletion(NamedTuple):
+    """A raw-text completion (no chat template) and, per generated token, its text, its log-probability
+    and the `top` most likely tokens with theirs, as the completions API's ``logprobs`` reports them."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+
+
+def chatml(messages: list[dict[str, str]]) -> str:
+    """Chat messages in the ChatML template (SmolLM2, Qwen2.5), ending with an open assistant turn."""
+    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return f"{turns}<|im_start|>assistant\n"
+
+
 class LocalJudge:
     """A judge run in-process with transformers (greedy decoding by default).
 
-    name: any `load_policy` name ("smollm2-135m", the default, a checkpoint folder, a hub id); with
-    `model` and `tokenizer` already loaded, the name of that model (default: its ``name_or_path``).
+    name: any `load_policy` name ("smollm2-135m", the default, a checkpoint folder, a hub id such as
+    "Qwen/Qwen2.5-1.5B-Instruct", which needs the hub: online, e.g. on Colab); with `model` and
+    `tokenizer` already loaded, the name of that model (default: its ``name_or_path``). dtype: the
+    weights' dtype (`load_policy`'s choice by default: fp32 weights with autocast; a judge only reads, so
+    ``dtype="float16"`` halves the memory on a T4).
     The name is part of `self.name`, hence of the cache key: give weights that share a
     ``name_or_path`` (a policy being trained) a name of their own.
 
@@ -59,12 +97,12 @@ class LocalJudge:
     """
 
     def __init__(self, name: str | None = None, model=None, tokenizer=None, *, device: str | None = None,
-                 max_prompt_tokens: int = 6000):
+                 dtype: str | None = None, max_prompt_tokens: int = 6000):
         if model is None or tokenizer is None:
             from course_lib.models import EMBEDDED, load_policy
 
             name = name or EMBEDDED
-            model, tokenizer = load_policy(name, device=device)
+            model, tokenizer = load_policy(name, device=device, dtype=dtype)
         self.model, self.tokenizer = model, tokenizer
         # The model's name is in the cache key: two judge models must never share cached answers.
         self.name = f"local:{name or getattr(model, 'name_or_path', '') or type(model).__name__}"
@@ -151,6 +189,99 @@ class LocalJudge:
         yes, no = mass(["yes", "Yes", " yes", " Yes"]), mass(["no", "No", " no", " No"])
         return YesNo(yes / (yes + no) if yes + no > 0 else 0.5, int(input_ids.shape[1]))
 
+    def can_force(self) -> bool:
+        """A model run in-process always gives its next-token distribution: forced reads work."""
+        return True
+
+    def _digit_ids(self) -> list[list[int]]:
+        """Per score digit d, the token ids that are d alone once surrounding spaces are stripped ("7", " 7")."""
+        if not hasattr(self, "_digits"):
+            texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+            self._digits = [[i for i, t in enumerate(texts) if t.strip() == d] for d in SCORE_DIGITS]
+        return self._digits
+
+    def _line_ids(self, line: str) -> list[int]:
+        """The token ids of a forced line ("id t3f2: "). Most tokenizers write a digit after a space as two
+        tokens (" ", "7"): then the line keeps its space and the digit is the next token. One that writes
+        " 7" as one token gets the line without its trailing space, so the next token is " 7"."""
+        ids = self.tokenizer(line, add_special_tokens=False)["input_ids"]
+        with_digit = self.tokenizer(line + "7", add_special_tokens=False)["input_ids"]
+        if with_digit[:-1] == ids and with_digit[-1] in self._digit_ids()[7]:
+            return ids
+        return self.tokenizer(line.rstrip(), add_special_tokens=False)["input_ids"]
+
+    def forced_scores(self, messages: list[dict[str, str]], header: str, lines: list[str]) -> ForcedScores:
+        """The score digits' probabilities after each forced line, every line read straight after the header.
+
+        The prompt (chat template, then the answer's start `header`) runs through the model once and its
+        keys and values are kept; then all lines run as one batch, each row over a copy of that cache:
+        row k is ``prompt + header + lines[k]``, and the next-token distribution at its last token gives
+        P(digit d) for d = 0..9. So every line is conditioned on the whole group and on nothing else.
+
+        Why not one sequence with all lines teacher-forced ("id a: 7\nid b: "): line k would then follow
+        lines 1..k-1 *with their digits*, which are not known yet; any digit we put there (a placeholder,
+        or the model's own guess, which needs a pass per line) would anchor the next read. Reading every
+        line after the header gives what n separate prompts would, for one prompt pass and n short rows.
+
+        The prompt is fitted to `max_prompt_tokens` as for `complete`; the header and lines add a few.
+        Raises `JudgeRequestRejected` when it cannot fit.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        from course_lib.models import autocast_context
+
+        prompt = self._fit_prompt(messages) + self.tokenizer(header, add_special_tokens=False)["input_ids"]
+        rows = [self._line_ids(line) for line in lines]
+        width, n, device = max(map(len, rows)), len(rows), self.model.device
+        pad = self.tokenizer.pad_token_id or 0
+        input_ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
+        mask = torch.tensor([[1] * (len(prompt) + len(r)) + [0] * (width - len(r)) for r in rows], device=device)
+        positions = (len(prompt) + torch.arange(width, device=device)).expand(n, -1)
+        with self._lock, torch.no_grad(), autocast_context(device, getattr(self.model, "course_autocast", None)):
+            out = self.model(input_ids=torch.tensor([prompt], device=device), cache=DynamicCache(), use_cache=True,
+                             logits_to_keep=1)
+            for layer in out.cache.layers:  # one copy of the prompt's keys and values per line
+                layer.batch_select_indices(torch.zeros(n, dtype=torch.long, device=device))
+            logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                cache=out.cache, use_cache=True).logits
+        last = logits[torch.arange(n), torch.tensor([len(r) - 1 for r in rows])].float()
+        probs = torch.softmax(last, dim=-1)
+        digit_probs = [[float(probs[k, ids].sum()) for ids in self._digit_ids()] for k in range(n)]
+        return ForcedScores(digit_probs, len(prompt) + sum(map(len, rows)))
+
+    def complete_text(self, prompt: str, *, max_tokens: int = 16, temperature: float = 0.0,
+                      top: int = 0) -> TextCompletion:
+        """A raw-text completion (the prompt is not put in the chat template), as the completions API
+        answers: the text, the token counts and, with ``top > 0``, each new token's `top` most likely
+        tokens and their log-probabilities (before sampling). Raises `JudgeRequestRejected` for a prompt
+        over `max_prompt_tokens` (raw text is not cut: its structure is the caller's)."""
+        import torch
+
+        from course_lib.models import autocast_context
+
+        ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if len(ids) > self.max_prompt_tokens:
+            raise JudgeRequestRejected(f"the prompt has {len(ids)} tokens, over max_prompt_tokens={self.max_prompt_tokens}")
+        input_ids = torch.tensor([ids], device=self.model.device)
+        sample = temperature > 0
+        with self._lock, torch.no_grad(), autocast_context(self.model.device, getattr(self.model, "course_autocast", None)):
+            out = self.model.generate(
+                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_tokens,
+                do_sample=sample, temperature=temperature if sample else None, top_p=None, top_k=None,
+                pad_token_id=self.tokenizer.pad_token_id, output_logits=True, return_dict_in_generate=True)
+        new = out.sequences[0, len(ids):].tolist()
+        chosen, tops = [], []
+        for token, step_logits in zip(new, out.logits):
+            logprobs = torch.log_softmax(step_logits[0].float(), dim=-1)
+            chosen.append(float(logprobs[token]))
+            best: dict[str, float] = {}
+            for v, i in zip(*(t.tolist() for t in logprobs.topk(top))) if top > 0 else []:
+                best.setdefault(self.tokenizer.decode([i]), v)  # two ids may decode alike: keep the likelier
+            tops.append(best)
+        return TextCompletion(self.tokenizer.decode(new, skip_special_tokens=True), len(ids), len(new),
+                              [self.tokenizer.decode([t]) for t in new], chosen, tops)
+
 
 class OpenAIJudge:
     """A judge behind any OpenAI-compatible chat-completions endpoint (needs `pip install openai`).
@@ -161,10 +292,18 @@ class OpenAIJudge:
     `JudgeUnavailable` naming the URL. A request rejected with 400, 413 or 422 (e.g. a prompt too long)
     raises `JudgeRequestRejected`, which fails only its group; other 4xx answers (401, 403, 404: a
     wrong key, model or URL) raise `JudgeUnavailable` with a hint. Token usage is the server's own count.
+
+    Forced-position group scores (`forced_scores`) use the completions API (raw text, ``logprobs``:
+    the top `top_logprobs` tokens, 20 at most on vLLM and OpenAI): the chat messages are rendered with
+    `template` (default `chatml`, the template of SmolLM2 and Qwen2.5; pass another model's, e.g.
+    ``lambda m: tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True)``), and the
+    digits' probabilities are read from the top tokens (a digit outside them counts as 0). `can_force`
+    asks the endpoint once whether it answers that way; a chat-only endpoint is judged in JSON.
     """
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-                 timeout: float = 30, max_retries: int = 3, backoff: float = 0.5):
+                 timeout: float = 30, max_retries: int = 3, backoff: float = 0.5,
+                 template: Callable[[list[dict[str, str]]], str] = chatml, top_logprobs: int = 20):
         try:
             import openai
         except ImportError:
@@ -177,6 +316,8 @@ class OpenAIJudge:
         self.max_retries, self.backoff = max_retries, backoff
         # The client's own retries are off: ours are bounded, counted and end in a clear error.
         self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        self.template, self.top_logprobs = template, top_logprobs
+        self._forced: bool | None = None  # whether the endpoint gives completions with logprobs (asked once)
 
     @property
     def name(self) -> str:
@@ -229,3 +370,47 @@ class OpenAIJudge:
         usage = response.usage
         return Completion(response.choices[0].message.content or "",
                           int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0))
+
+    def _top_logprobs(self, prompt: str) -> tuple[dict[str, float], int]:
+        """The first new token's top log-probabilities for a raw-text prompt, and the tokens it cost."""
+        model = self._model()
+        response = self._retrying(lambda: self.client.completions.create(
+            model=model, prompt=prompt, max_tokens=1, temperature=0.0, logprobs=self.top_logprobs))
+        logprobs = response.choices[0].logprobs if response.choices else None
+        top = (logprobs.top_logprobs or [None])[0] if logprobs is not None else None
+        if not top:
+            raise JudgeRequestRejected(f"judge endpoint {self.base_url} answered without top_logprobs")
+        usage = response.usage
+        return dict(top), int(getattr(usage, "prompt_tokens", 0) or 0) + int(getattr(usage, "completion_tokens", 0) or 0)
+
+    def can_force(self) -> bool:
+        """Whether the endpoint serves the completions API with ``logprobs`` (vLLM, llama.cpp's server and
+        `course_lib.judge_server` do; a chat-only API does not). Asked once, with a short prompt; an
+        unreachable endpoint raises `JudgeUnavailable`."""
+        if self._forced is None:
+            try:
+                self._top_logprobs("1, 2, 3,")
+                self._forced = True
+            except JudgeRequestRejected:  # 400, 413, 422, or an answer without logprobs
+                self._forced = False
+            except JudgeUnavailable as exc:
+                if not isinstance(exc.__cause__, self._openai.NotFoundError):  # no completions route: chat only
+                    raise
+                self._forced = False
+        return self._forced
+
+    def forced_scores(self, messages: list[dict[str, str]], header: str, lines: list[str]) -> ForcedScores:
+        """Per line, P(digit) for d = 0..9 after ``template(messages) + header + line``: one completions
+        request per line (max_tokens=1), each line read straight after the header as `LocalJudge` does.
+        A digit's variants among the top tokens ("7", " 7") are summed."""
+        prompt = self.template(messages) + header
+        digit_probs, tokens = [], 0
+        for line in lines:
+            top, cost = self._top_logprobs(prompt + line)
+            probs = [0.0] * len(SCORE_DIGITS)
+            for token, logprob in top.items():
+                if token.strip() in SCORE_DIGITS and len(token.strip()) == 1:
+                    probs[SCORE_DIGITS.index(token.strip())] += math.exp(logprob)
+            digit_probs.append(probs)
+            tokens += cost
+        return ForcedScores(digit_probs, tokens)

@@ -4,6 +4,9 @@
 
 * `group_prompt`: the rubric and the JSON answer format (system), the context every trajectory shares
   once, then each trajectory's remainder under its id, then the list of ids to score;
+  `forced_group_prompt` is the same group with a one-digit-per-line answer format, whose answer the
+  judge does not write: `course_lib.judge` forces its start (`SCORES_HEADER`, then `score_line(id)`)
+  and reads the digit's probabilities;
 * `pointwise_prompt`: one trajectory alone, the rubric as the system message, a yes/no question;
 * `turn_prompt` (and `turn_pointwise_prompt`): the turns of one trajectory, numbered.
 """
@@ -93,20 +96,50 @@ def as_conversation(item: Trajectory | list[dict[str, str]]) -> list[dict[str, s
 # ----- prompts -------------------------------------------------------------------------------------
 
 
+def _group_text(prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]]) -> str:
+    """The user message of a group prompt: the shared context once, each trajectory under its id, the ids."""
+    parts = ["All trajectories start from this shared context:", "<context>", render_messages(prefix), "</context>", ""]
+    for i in remainders:
+        parts += [f'<trajectory id="{i}">', render_messages(remainders[i]) or "(no further messages)",
+                  "</trajectory>", ""]
+    parts.append(f"Score every trajectory id: {', '.join(remainders)}.")
+    return "\n".join(parts)
+
+
 def group_prompt(prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]],
                  rubric: str) -> list[dict[str, str]]:
     """The judge's messages: rubric and answer format (system), shared context once, then each trajectory by id."""
-    ids = list(remainders)
-    example = ", ".join(f'{{"id": "{i}", "explanation": "...", "score": 0.0}}' for i in ids[:2])
+    example = ", ".join(f'{{"id": "{i}", "explanation": "...", "score": 0.0}}' for i in list(remainders)[:2])
     system = (f"You are a strict, fair judge of AI agent trajectories.\n\n{rubric}\n\n"
               f"Answer with a JSON list only, one entry per trajectory id, like [{example}, ...]. "
               f"Write the explanation (one short sentence) before the score.")
-    parts = ["All trajectories start from this shared context:", "<context>", render_messages(prefix), "</context>", ""]
-    for i in ids:
-        parts += [f'<trajectory id="{i}">', render_messages(remainders[i]) or "(no further messages)",
-                  "</trajectory>", ""]
-    parts.append(f"Score every trajectory id: {', '.join(ids)}.")
-    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(parts)}]
+    return [{"role": "system", "content": system}, {"role": "user", "content": _group_text(prefix, remainders)}]
+
+
+# The forced answer: the judge's answer starts with this header, then one `score_line(id)` per id, each
+# followed by one digit 0..9 (score = digit / 9) that is read from the next-token distribution.
+SCORES_HEADER = "Scores:\n"
+
+
+def score_line(trajectory_id: str) -> str:
+    """The forced start of one id's answer line ("id t3f2: "); the score digit comes next."""
+    return f"id {trajectory_id}: "
+
+
+def forced_group_prompt(prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]],
+                        rubric: str) -> list[dict[str, str]]:
+    """The group as in `group_prompt`, with an answer format of one line per id, ``id <id>: <digit>``.
+
+    The digit d stands for the score d / 9 (0 useless, 9 perfect): a rubric's "scores from 0 to 1" is
+    read on that scale. The judge never writes the answer: `course_lib.judge.score_group` forces
+    `SCORES_HEADER` and each `score_line` and reads the digit's probabilities.
+    """
+    example = f"{score_line('t5c')}8\n{score_line('t9e')}3"  # made-up ids: no score is suggested for a real one
+    system = (f"You are a strict, fair judge of AI agent trajectories.\n\n{rubric}\n\n"
+              f"Write each score as one digit from 0 (useless) to 9 (perfect): the digit d means the score d/9. "
+              f"Answer with '{SCORES_HEADER.strip()}' and then one line per trajectory id, like:\n"
+              f"{SCORES_HEADER}{example}")
+    return [{"role": "system", "content": system}, {"role": "user", "content": _group_text(prefix, remainders)}]
 
 
 def pointwise_prompt(prefix: list[dict[str, str]], remainder: list[dict[str, str]], rubric: str) -> list[dict[str, str]]:

@@ -3,9 +3,11 @@
     python -m course_lib.judge_server --port 8011            # the embedded SmolLM2-135M
     COURSE_JUDGE_BASE_URL=http://127.0.0.1:8011/v1 ...        # then OpenAIJudge() talks to it
 
-It serves ``POST /v1/chat/completions`` (messages, max_tokens, temperature; no streaming) and
-``GET /v1/models``, enough for the `openai` client, so the course can exercise the same HTTP path a
-real judge (vLLM, Ollama, a hosted API) would take. Requests are answered one at a time. Like a real
+It serves ``POST /v1/chat/completions`` (messages, max_tokens, temperature; no streaming),
+``POST /v1/completions`` (a raw-text prompt, max_tokens, temperature, and ``logprobs``: the top tokens
+of each new token with their log-probabilities, as vLLM answers; what forced-position group judging
+reads) and ``GET /v1/models``, enough for the `openai` client, so the course can exercise the same HTTP
+path a real judge (vLLM, Ollama, a hosted API) would take. Requests are answered one at a time. Like a real
 server, it answers 400 to a prompt that cannot fit the model's budget (``--max-prompt-tokens``), and says
 ``finish_reason: "length"`` when the answer stopped at max_tokens. One difference: a request without
 ``temperature`` is answered greedily (temperature 0), where OpenAI's default is 1 (a judge wants greedy).
@@ -25,6 +27,77 @@ from course_lib.judge_backends import LocalJudge
 from course_lib.judge_errors import JudgeRequestRejected
 
 
+def _error(status: int, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"error": {"message": message, "type": "invalid_request_error"}}
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def chat_answer(judge, model_name: str, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, body) for a chat-completions request: the judge's greedy answer to the messages."""
+    try:
+        messages = [{"role": m["role"], "content": m.get("content") or ""} for m in request["messages"]]
+    except (KeyError, TypeError, AttributeError) as exc:
+        return _error(400, f"the body must be JSON with a 'messages' list of {{role, content}}: {exc!r}")
+    if request.get("stream"):
+        return _error(400, "streaming is not supported by this server")
+    max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 256)
+    # This request's own counts, whatever other requests the judge answers meanwhile.
+    try:
+        text, prompt_tokens, completion_tokens = judge.complete_with_usage(
+            messages, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0))
+    except JudgeRequestRejected as exc:  # a prompt too long: the client's fault, as in vLLM
+        return _error(400, str(exc))
+    except Exception as exc:  # the model failed: say so, instead of dropping the connection
+        return _error(500, f"the judge failed on this request: {exc!r}")
+    return 200, {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+        "model": model_name,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "length" if completion_tokens >= max_tokens else "stop"}],
+        "usage": _usage(prompt_tokens, completion_tokens),
+    }
+
+
+def completion_answer(judge, model_name: str, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, body) for a completions request on a raw-text prompt; ``logprobs: k`` (at most 20)
+    adds each new token's top k tokens, in the legacy ``{"tokens", "token_logprobs", "top_logprobs"}``
+    shape. A backend without raw-text completion (`complete_text`) answers 404, as a chat-only server does."""
+    if not hasattr(judge, "complete_text"):
+        return _error(404, "this model serves /v1/chat/completions only")
+    prompt = request.get("prompt")
+    prompt = prompt[0] if isinstance(prompt, list) and len(prompt) == 1 else prompt
+    top = request.get("logprobs") or 0
+    if not isinstance(prompt, str) or not isinstance(top, int) or not 0 <= top <= 20:
+        return _error(400, "the body must be JSON with one 'prompt' string and 'logprobs' in [0, 20]")
+    if request.get("stream") or request.get("echo"):
+        return _error(400, "streaming and echo are not supported by this server")
+    max_tokens = int(request.get("max_tokens") or 16)
+    try:
+        out = judge.complete_text(prompt, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0),
+                                  top=top)
+    except JudgeRequestRejected as exc:
+        return _error(400, str(exc))
+    except Exception as exc:
+        return _error(500, f"the judge failed on this request: {exc!r}")
+    logprobs = {"tokens": out.tokens, "token_logprobs": out.token_logprobs, "top_logprobs": out.top_logprobs,
+                "text_offset": []} if top else None
+    return 200, {
+        "id": f"cmpl-{uuid.uuid4().hex[:12]}", "object": "text_completion", "created": int(time.time()),
+        "model": model_name,
+        "choices": [{"index": 0, "text": out.text, "logprobs": logprobs,
+                     "finish_reason": "length" if out.completion_tokens >= max_tokens else "stop"}],
+        "usage": _usage(out.prompt_tokens, out.completion_tokens),
+    }
+
+
+ROUTES = {"/v1/chat/completions": chat_answer, "/chat/completions": chat_answer,
+          "/v1/completions": completion_answer, "/completions": completion_answer}
+
+
 def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # quiet: the notebooks print enough
@@ -38,48 +111,26 @@ def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHand
             self.end_headers()
             self.wfile.write(data)
 
-        def _error(self, status: int, message: str) -> None:
-            self._send(status, {"error": {"message": message, "type": "invalid_request_error"}})
-
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/models", "/models"):
                 self._send(200, {"object": "list", "data": [{"id": model_name, "object": "model",
                                                              "owned_by": "course_lib"}]})
             else:
-                self._error(404, f"no route {self.path}; try /v1/models or /v1/chat/completions")
+                self._send(*_error(404, f"no route {self.path}; try /v1/models or /v1/chat/completions"))
 
         def do_POST(self) -> None:
-            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
-                self._error(404, f"no route {self.path}; try /v1/chat/completions")
+            answer = ROUTES.get(self.path.rstrip("/"))
+            if answer is None:
+                self._send(*_error(404, f"no route {self.path}; try /v1/chat/completions or /v1/completions"))
                 return
             try:
                 request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                messages = [{"role": m["role"], "content": m.get("content") or ""} for m in request["messages"]]
-            except (ValueError, KeyError, TypeError) as exc:
-                self._error(400, f"the body must be JSON with a 'messages' list of {{role, content}}: {exc}")
+                if not isinstance(request, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:
+                self._send(*_error(400, f"the body must be a JSON object: {exc}"))
                 return
-            if request.get("stream"):
-                self._error(400, "streaming is not supported by this server")
-                return
-            max_tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 256)
-            # This request's own counts, whatever other requests the judge answers meanwhile.
-            try:
-                text, prompt_tokens, completion_tokens = judge.complete_with_usage(
-                    messages, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0))
-            except JudgeRequestRejected as exc:  # a prompt too long: the client's fault, as in vLLM
-                self._error(400, str(exc))
-                return
-            except Exception as exc:  # the model failed: say so, instead of dropping the connection
-                self._error(500, f"the judge failed on this request: {exc!r}")
-                return
-            self._send(200, {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
-                "model": model_name,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "finish_reason": "length" if completion_tokens >= max_tokens else "stop"}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens},
-            })
+            self._send(*answer(judge, model_name, request))
 
     return Handler
 

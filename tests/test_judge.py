@@ -290,7 +290,7 @@ def test_the_caller_chooses_group_or_pointwise_and_the_result_says_which():
     result and its metrics say which way it was."""
     judge, total = ScriptedYesNoJudge(), JudgeMetrics()
     group = score_group([conv("Paris"), conv("Rome")], judge=judge, use_cache=False, metrics=total)
-    assert group.method == "group" and [s.score for s in group] == [1.0, 0.2]
+    assert group.method == "group_json" and [s.score for s in group] == [1.0, 0.2]
     assert judge.chats == 1 and not judge.prompts and group.metrics.pointwise == 0
     pointwise = score_pointwise([conv("Paris"), conv("Rome")], judge=judge, use_cache=False, metrics=total)
     assert pointwise.method == "pointwise" and [s.score for s in pointwise] == [0.7, 0.7]
@@ -377,8 +377,9 @@ def test_layering_errors_below_backends_below_judge_below_its_quality_harness():
                {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
 
     judge_modules = {"course_lib.judge", "course_lib.judge_backends", "course_lib.judge_prompts",
-                     "course_lib.judge_quality", "course_lib.judge_server"}
+                     "course_lib.judge_quality", "course_lib.judge_server", "course_lib.judge_answers"}
     assert not imports("judge_errors") & (judge_modules | {"course_lib.judge_errors"})
+    assert not imports("judge_answers") & judge_modules
     assert not imports("judge_backends") & (judge_modules - {"course_lib.judge_backends"})
     assert not imports("judge_prompts") & judge_modules
     assert not imports("judge") & {"course_lib.judge_quality", "course_lib.evaluate", "course_lib.judge_server",
@@ -434,8 +435,8 @@ def test_openai_judge_against_the_local_judge_server(policy):
         assert 1 <= answer.completion_tokens <= 4
         assert judge.name.endswith(":smollm2-135m")  # the model name comes from /v1/models
         metrics = JudgeMetrics()
-        scores = score_group([conv("Paris"), conv("Rome")], "Score 0 to 1.", judge, max_tokens=8, max_retries=0,
-                             use_cache=False, metrics=metrics)
+        scores = score_group([conv("Paris"), conv("Rome")], "Score 0 to 1.", judge, answer="json", max_tokens=8,
+                             max_retries=0, use_cache=False, metrics=metrics)
         assert len(scores) == 2 and metrics.calls == 1  # 8 tokens of a 135M model: valid or counted failure
         assert all(s.failed for s in scores) == (metrics.failed_groups == 1)
     finally:
@@ -605,7 +606,8 @@ def test_rejected_request_fails_the_group_not_the_run(status):
         server.server_close()
     assert all(s.failed and math.isnan(s.score) for s in scores) and turns.failed
     assert "prompt is too long" in scores[0].explanation and str(status) in scores[0].explanation
-    assert metrics.failed_groups == 1 and metrics.failed_turn_calls == 1 and metrics.calls == 2 and len(posts) == 2
+    assert metrics.failed_groups == 1 and metrics.failed_turn_calls == 1 and metrics.calls == 2
+    assert len(posts) == 3 and '"logprobs"' in posts[0]  # first, the one question whether it gives logprobs
 
 
 @pytest.mark.parametrize("status, hint", [(401, "API key"), (403, "API key"), (404, "base_url")])

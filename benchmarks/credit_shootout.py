@@ -336,7 +336,8 @@ def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start:
         sizes.update({int(k): v for k, v in (r.get("step_group_sizes") or {}).items()})
     result = {"env": env, "method": method, "seed": seed, "size": size, "preset": asdict(preset),
               "curve": [(0, start["success"])] + [(r["step"], r["success"]) for r in evals],
-              "final": evals[-1]["success"], "seconds": time.perf_counter() - t0,
+              "final": evals[-1]["success"], "outcomes": evals[-1].get("outcomes"),  # 1/0 per held-out task
+              "mean_turns_success": evals[-1].get("mean_turns_success"), "seconds": time.perf_counter() - t0,
               "train_tokens": sum(r.get("train_tokens", 0) for r in trains), "steps_run": len(trains),
               "equal_reward_groups": sum(r.get("equal_reward_groups", 0) for r in trains),
               "updates": sum(not r.get("skipped_update") for r in trains),
@@ -379,8 +380,10 @@ def method_rows(size: str, env: str, methods: list[str], results: list[dict]) ->
     lines = []
     if start_path.exists():
         st = json.loads(start_path.read_text())
+        turns = st.get("mean_turns_success")
         lines.append(f"| {env} | *warm start (step 0)* | - | 0: {st['success']:.3f} | {st['success']:.3f} | - | "
-                     f"95% Wilson interval [{st['ci_low']:.3f}, {st['ci_high']:.3f}] on {st['n']} tasks | - | - | - | - |")
+                     f"95% Wilson interval [{st['ci_low']:.3f}, {st['ci_high']:.3f}] on {st['n']} tasks | "
+                     f"{'-' if turns is None else f'{turns:.2f}'} | - | - | - | - |")
     for m in methods:
         rs = list(by_seed(results, env, m).values())
         if not rs:
@@ -390,9 +393,11 @@ def method_rows(size: str, env: str, methods: list[str], results: list[dict]) ->
         steps = [s for s, _ in rs[0]["curve"]]
         curve = ", ".join(f"{s}: {np.mean([dict(r['curve'])[s] for r in rs]):.3f}" for s in steps)
         per_seed = ", ".join(f"{r['seed']}: {r['final']:.3f}" for r in rs)
+        turns = [r["mean_turns_success"] for r in rs if r.get("mean_turns_success") is not None]
         runs = sum(r["steps_run"] for r in rs)
         equal = sum(r["equal_reward_groups"] for r in rs) / max(1, runs * preset.tasks_per_step)
         lines.append(f"| {env} | {m} | {len(rs)} | {curve} | {np.mean(finals):.3f} | {sd} | {per_seed} | "
+                     f"{f'{np.mean(turns):.2f}' if turns else '-'} | "
                      f"{equal:.2f} | {sum(r['updates'] for r in rs)}/{runs} | "
                      f"{np.mean([r['seconds'] for r in rs]) / 60:.1f} | {np.mean([r['train_tokens'] for r in rs]):.0f} |")
     return lines
@@ -419,6 +424,23 @@ def comparison_rows(size: str, env: str, methods: list[str], results: list[dict]
         mde = "-" if math.isnan(c["mde"]) else f"{c['mde']:.3f}"
         lines.append(f"| {env} | {a} - {b} | {c['n']} | {c['mean_diff']:+.3f} | [{c['low']:+.3f}, {c['high']:+.3f}] | "
                      f"{p} | {mde} | {verdict(a, b, c, n_tasks)} |")
+    return lines
+
+
+def per_task_rows(env: str, methods: list[str], results: list[dict]) -> list[str]:
+    """Every method against the baseline, task by task on the seeds both have: discordant pairs and the
+    exact McNemar test, p = P(|K − m/2| ≥ |k − m/2|) for K ~ Binomial(m, 1/2), m = discordant pairs."""
+    lines = []
+    base = by_seed(results, env, BASELINE)
+    for m in methods:
+        runs = by_seed(results, env, m)
+        seeds = [s for s in sorted(set(runs) & set(base)) if runs[s].get("outcomes") and base[s].get("outcomes")]
+        if m == BASELINE or not seeds:
+            continue
+        pairs = [(x, y) for s in seeds for x, y in zip(runs[s]["outcomes"], base[s]["outcomes"])]
+        only_a, only_b = sum(x > y for x, y in pairs), sum(y > x for x, y in pairs)
+        p = stats.binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0
+        lines.append(f"| {env} | {m} - {BASELINE} | {len(seeds)} | {only_a} | {only_b} | {p:.2g} |")
     return lines
 
 
@@ -472,10 +494,11 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
         "test tasks; intervals for differences are in the next table), and each seed's value. Equal-reward groups: the share of sampled groups whose rollouts all "
         "got the same reward (outcome and turn credit skip them; GiGPO keeps those whose step advantages are not "
         "all zero; the critic trains on all). Updates: optimizer steps taken out of the steps run, over all seeds. "
-        "Wall time and training tokens: means per run.", "",
+        "Turns of successes: the mean number of turns of the successful held-out episodes at the last step "
+        "(shorter paths to the answer). Wall time and training tokens: means per run.", "",
         "| environment | method | seeds | mean success by step | final success | SD over seeds | per seed | "
-        "equal-reward groups | updates | wall time (min) | train tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|---|"]
+        "turns of successes | equal-reward groups | updates | wall time (min) | train tokens |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for env in envs:
         lines += method_rows(size, env, methods, results)
     lines += ["", "## Paired comparisons (by seed, final success)", "",
@@ -488,6 +511,14 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
               "|---|---|---|---|---|---|---|---|"]
     for env in envs:
         lines += comparison_rows(size, env, methods, results)
+    lines += ["", "## Per task, pooled over seeds", "",
+              "The final evaluations of a and b on the same seed and the same held-out task, pooled over seeds: how "
+              "often only a succeeded, how often only b did, and the exact two-sided sign test (McNemar) of those "
+              "counts. It treats the pairs as independent, but every seed meets the same tasks, so its p-value is "
+              "optimistic; the verdicts above come from the seed-paired test.", "",
+              "| environment | a - b | seeds | only a succeeded | only b succeeded | sign-test p |", "|---|---|---|---|---|---|"]
+    task_rows = [row for env in envs for row in per_task_rows(env, methods, results)]
+    lines += task_rows or ["| - | no method has a seed in common with outcome yet | | | | |"]
     lines += ["", "## GiGPO step groups", "",
               "How many step rows share their anchor state with another row of the same group. GiGPO's step-level "
               "advantage is zero for singleton groups.", "",

@@ -71,9 +71,10 @@ def test_t_interval_and_eval_steps(shootout):
     assert shootout.eval_steps(shootout.PRESETS["cpu"].replace(eval_every=4)) == [4, 8, 10]
 
 
-def fake_result(env: str, method: str, seed: int, curve: list) -> dict:
+def fake_result(env: str, method: str, seed: int, curve: list, outcomes: list[int]) -> dict:
     """A result.json as run_one writes it (the report reads only these files)."""
     return {"env": env, "method": method, "seed": seed, "size": "tiny", "curve": curve, "final": curve[-1][1],
+            "outcomes": outcomes, "mean_turns_success": 2.0 if any(outcomes) else None,
             "seconds": 60.0, "train_tokens": 100, "steps_run": 1, "equal_reward_groups": 0, "updates": 1,
             "step_group_sizes": {"1": 2, "2": 1} if method == "gigpo" else {}, "step_rows": 4 if method == "gigpo" else 0,
             "machine": "test machine", "threads": 1, "torch": "x", "date": "2026-12-01 10:00"}
@@ -85,21 +86,25 @@ def test_report_from_partial_results(shootout, tmp_path):
     env_dir.mkdir(parents=True)
     (env_dir / "start_eval.json").write_text(json.dumps({"success": 0.5, "ci_low": 0.1, "ci_high": 0.9, "n": 2,
                                                          "warm_start": "w"}))
-    runs = {("outcome", 0): 0.5, ("outcome", 1): 1.0, ("outcome", 2): 0.5, ("gigpo", 0): 1.0, ("gigpo", 1): 1.0,
-            ("turn", 0): 0.0}
-    for (method, seed), final in runs.items():
+    runs = {("outcome", 0): [1, 0], ("outcome", 1): [1, 1], ("outcome", 2): [0, 1], ("gigpo", 0): [1, 1],
+            ("gigpo", 1): [1, 1], ("turn", 0): [0, 0]}  # per held-out task (2 tasks)
+    for (method, seed), outcomes in runs.items():
         run_dir = shootout.run_dir_of("tiny", "gridworld", method, seed)
         run_dir.mkdir(parents=True)
-        (run_dir / "result.json").write_text(json.dumps(fake_result("gridworld", method, seed, [[0, 0.5], [1, final]])))
+        curve = [[0, 0.5], [1, sum(outcomes) / 2]]
+        (run_dir / "result.json").write_text(json.dumps(fake_result("gridworld", method, seed, curve, outcomes)))
     out = shootout.main(["--size", "tiny", "--report", "--out", str(tmp_path / "results")])
     table = out["markdown"].read_text()
-    assert "| gridworld | outcome | 3 | 0: 0.500, 1: 0.667 | 0.667 | 0.289 | 0: 0.500, 1: 1.000, 2: 0.500 |" in table
+    assert "| gridworld | outcome | 3 | 0: 0.500, 1: 0.667 | 0.667 | 0.289 | 0: 0.500, 1: 1.000, 2: 0.500 | 2.00 |" in table
     assert "| gridworld | gigpo | 2 |" in table and "| gridworld | turn | 1 |" in table
     c = shootout.paired_comparison([1.0, 1.0], [0.5, 1.0])
     assert f"| gridworld | gigpo - outcome | 2 | +0.250 | [{c['low']:+.3f}, {c['high']:+.3f}] | {c['p']:.2g} |" in table
     assert "| gridworld | turn - outcome | 1 | - | - | - | - | not tested: one paired seed so far |" in table
     assert "| gridworld | outcome - warm start | 3 | +0.167 |" in table
     assert "or larger" in table
+    # per task: gigpo won task 2 of seed 0 where outcome failed; no task the other way round
+    assert f"| gridworld | gigpo - outcome | 2 | 1 | 0 | {stats.binomtest(1, 1).pvalue:.2g} |" in table
+    assert "| gridworld | turn - outcome | 1 | 0 | 1 | 1 |" in table
     assert "| gridworld | gigpo runs, all steps of 2 seeds | 8 | 0.50 | 1: 4, 2: 2 |" in table
     assert "Machine: test machine, 1 torch threads per worker, torch x." in table
     assert out["plot"].stat().st_size > 0
@@ -117,6 +122,7 @@ def test_shootout_runs_every_method_and_resumes(shootout, tmp_path):
     assert out["plot"].stat().st_size > 0
     for r in out["results"]:  # step 0 is the shared evaluation; the run evaluated itself once, at its last step
         assert [s for s, _ in r["curve"]] == [0, 1] and r["steps_run"] == 1
+        assert len(r["outcomes"]) == 2 and r["final"] == sum(r["outcomes"]) / 2
         assert not (shootout.run_dir_of("tiny", "gridworld", r["method"], 0) / "checkpoint").exists()
     # A second invocation finds every run finished and trains nothing.
     stamps = {p: p.stat().st_mtime for p in out["run_root"].glob("*/*/seed0/result.json")}

@@ -367,6 +367,8 @@ def _reads_forced(judge, answer: str) -> bool:
     the backend has `forced_scores` and says it can)."""
     if answer not in GROUP_ANSWERS:
         raise ValueError(f"answer must be one of {', '.join(GROUP_ANSWERS)}, got {answer!r}")
+    if answer == "json":
+        return False  # the backend is not asked whether it could
     can = hasattr(judge, "forced_scores") and (not hasattr(judge, "can_force") or judge.can_force())
     if answer == "forced" and not can:
         raise TypeError(f"judge {getattr(judge, 'name', judge)!r} cannot give next-token probabilities: "

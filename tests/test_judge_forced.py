@@ -138,6 +138,16 @@ def test_answer_chooses_forced_or_json_and_auto_follows_the_backend():
         score_group(group, judge=TextOnly(), answer="forced", use_cache=False)
     with pytest.raises(ValueError, match="answer must be one of"):
         score_group(group, judge=ScriptedForced(), answer="logits", use_cache=False)
+    class Both(ScriptedForced, TextOnly):  # forced reads and JSON answers; says it cannot force
+        asked = 0
+
+        def can_force(self):
+            self.asked += 1
+            return False
+
+    both = Both()
+    assert score_group(group, judge=both, use_cache=False).method == "group_json" and both.asked == 1
+    assert score_group(group, judge=both, answer="json", use_cache=False).method == "group_json" and both.asked == 1
     identical = score_group([conv("Paris")] * 2, judge=ScriptedForced(), use_cache=False)
     assert [s.score for s in identical] == [0.5, 0.5] and identical.orders == [] and identical.positions == [None] * 2
 

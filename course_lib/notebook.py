@@ -41,7 +41,7 @@ def course_setup(seed: int = 0, threads: int | None = None, disk_warning_gb: flo
     weight_dtype, autocast = pick_dtype(device)
     gpu = torch.cuda.get_device_name(0) if device.type == "cuda" else None
     info = {
-        "mode": "FAST (COURSE_FAST=1)" if fast_mode() else "full",
+        "mode": "FAST (COURSE_FAST=1)" if fast_mode() else "learning (the default)",
         "device": gpu or f"cpu ({threads} threads, {platform.machine()})",
         "dtype": f"{str(weight_dtype).removeprefix('torch.')}" + (f" + {str(autocast).removeprefix('torch.')} autocast" if autocast else ""),
         "torch": torch.__version__,

@@ -13,15 +13,23 @@ context again before every new token. This one gives the same tokens under greed
    system prompt) is run once.
 4. **The cache is carried across turns** (`PrefixCache`). The next turn's context is this turn's context +
    action + observation, so only the observation's tokens need a forward pass.
+
+A decode step reads every weight once, so its time at small batches is set by weight bytes / memory
+bandwidth (`benchmarks/rollout_throughput.py` measures both). Two switches act on that: `sampling_copy` gives
+training a bf16 copy of the policy to sample from (half the bytes), the trained weights staying fp32 (`synced`
+refreshes the copy before each rollout); `PREALLOCATE` writes each step's keys and values into room kept in
+the cache (`RoomyLayer`) instead of concatenating, which copies the whole cache every step.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from course_lib.models import autocast_context, end_of_turn_id, sample_next
 from course_lib.protocol import completes_stop_string
@@ -37,6 +45,99 @@ class PrefixCache:
 
     ids: list[int]
     layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+SAMPLE_DTYPES = ("float32", "bfloat16")
+
+
+def check_sample_dtype(sample_dtype: str) -> None:
+    """ValueError unless `sample_dtype` is one of `SAMPLE_DTYPES`."""
+    if sample_dtype not in SAMPLE_DTYPES:
+        raise ValueError(f"sample_dtype must be one of {', '.join(map(repr, SAMPLE_DTYPES))}, got {sample_dtype!r}")
+
+
+def sampling_copy(model, sample_dtype: str = "float32"):
+    """The model that training's rollouts sample from: `model` itself for "float32"; for "bfloat16" a copy
+    whose weights are bf16 (2 bytes a weight instead of 4: half the bytes each decode step reads), while
+    `model` keeps the fp32 master weights that the optimizer updates. The copy costs 2 bytes per weight
+    (269 MB for the embedded model); `synced` makes it equal to the master weights, rounded to bf16, again
+    before each rollout."""
+    check_sample_dtype(sample_dtype)
+    if sample_dtype == "float32":
+        return model
+    sampler = copy.deepcopy(model)
+    for p in sampler.parameters():  # parameters, not buffers: the rotary frequencies stay fp32
+        p.requires_grad_(False)
+        p.data = p.data.to(getattr(torch, sample_dtype))
+    sampler.course_autocast = None  # bf16 weights run in bf16: no autocast casts
+    return sampler.eval()
+
+
+@torch.no_grad()
+def refresh_sampler(sampler, model) -> None:
+    """Copy `model`'s (master) weights into the sampling copy, each rounded to the copy's dtype (nothing to do
+    when there is no copy: `sampler` None or the model itself)."""
+    if sampler is None or sampler is model:
+        return
+    for s, m in zip(sampler.parameters(), model.parameters(), strict=True):
+        s.copy_(m)
+
+
+def synced(sampler, model):
+    """The model to sample from now: `model` when there is no sampling copy, else the copy, refreshed first
+    (`refresh_sampler`), so a rollout always samples from the current weights."""
+    refresh_sampler(sampler, model)
+    return model if sampler is None else sampler
+
+
+@torch.no_grad()
+def sampler_gap(batch: dict, logprobs: torch.Tensor) -> float:
+    """Σ |ℓ_sampled − ℓ| over the trained tokens of a micro-batch: the log-probs the sampler drew the tokens
+    with (`batch["old_logprobs"]`) against the trainer's (`logprobs`); divided by the token count it is the
+    mean gap between the policy that sampled and the policy being trained."""
+    mask = batch["loss_mask"].to(logprobs.device)
+    return float(((batch["old_logprobs"].to(logprobs.device) - logprobs.detach()).abs() * mask).sum())
+
+
+# False: transformers' DynamicCache, which grows each layer's keys and values by torch.cat (a copy of the whole
+# cache every decode step). True: `RoomyLayer`, which writes each step into room kept at the end of its buffers.
+PREALLOCATE = False
+
+
+class RoomyLayer(DynamicLayer):
+    """A cache layer whose keys and values [B, kv_heads, length, head_dim] are views into larger buffers
+    [B, kv_heads, length + room, head_dim]: `update` writes the new tokens into the room, so a decode step
+    copies one token's keys and values instead of the whole cache. The buffers are reallocated, with `room`
+    free positions, only when the room is used up or the layer's tensors were replaced (rows left the batch:
+    `batch_select_indices` keeps the selected rows in a new, compact tensor)."""
+
+    room = 64
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n, new = self.get_seq_length(), key_states.shape[-2]
+        buffer = getattr(self, "_key_buffer", None)
+        if buffer is None or n == 0 or self.keys.data_ptr() != buffer.data_ptr() or n + new > buffer.shape[-2]:
+            shape = (*key_states.shape[:2], n + new + self.room, key_states.shape[-1])
+            self._key_buffer, self._value_buffer = key_states.new_empty(shape), value_states.new_empty(shape)
+            if n:
+                self._key_buffer[:, :, :n], self._value_buffer[:, :, :n] = self.keys, self.values
+        self._key_buffer[:, :, n:n + new], self._value_buffer[:, :, n:n + new] = key_states, value_states
+        self.keys, self.values = self._key_buffer[:, :, :n + new], self._value_buffer[:, :, :n + new]
+        return self.keys, self.values
+
+
+def new_cache(layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Cache:
+    """The engine's cache: empty, or holding one (K, V) pair per layer; `RoomyLayer`s when `PREALLOCATE`."""
+    if not PREALLOCATE:
+        return DynamicCache(ddp_cache_data=layers)
+    if layers is None:
+        return Cache(layer_class_to_replicate=RoomyLayer)
+    cache = Cache(layers=[RoomyLayer() for _ in layers])
+    for layer, (k, v) in zip(cache.layers, layers):
+        layer.update(k, v)
+    return cache
 
 
 class PrefillCounter(Protocol):
@@ -63,7 +164,7 @@ def _shared_prefix(a: list[int], b: list[int]) -> int:
     return next(i for i in range(n) if a[i] != b[i])
 
 
-def _batch_cache(contexts: list[list[int]], caches: list[PrefixCache | None], width: int) -> DynamicCache | None:
+def _batch_cache(contexts: list[list[int]], caches: list[PrefixCache | None], width: int) -> Cache | None:
     """A left-padded cache for the whole batch, or None when there is nothing to reuse.
 
     Row i is left-padded by p_i = width - len(context_i) and has its first u_i tokens cached. The batch
@@ -86,10 +187,10 @@ def _batch_cache(contexts: list[list[int]], caches: list[PrefixCache | None], wi
                 keys[i, :, pad:] = k[:, : start - pad]
                 values[i, :, pad:] = v[:, : start - pad]
         layers.append((keys, values))
-    return DynamicCache(ddp_cache_data=layers)
+    return new_cache(layers)
 
 
-def _row_cache(cache: DynamicCache, b: int, pad: int, ids: list[int]) -> PrefixCache:
+def _row_cache(cache: Cache, b: int, pad: int, ids: list[int]) -> PrefixCache:
     """Batch row b's own keys and values (left padding dropped): they belong to the tokens `ids`."""
     return PrefixCache(ids=ids, layers=[(layer.keys[b, :, pad:].clone(), layer.values[b, :, pad:].clone())
                                         for layer in cache.layers])
@@ -98,12 +199,12 @@ def _row_cache(cache: DynamicCache, b: int, pad: int, ids: list[int]) -> PrefixC
 def _prefix_cache(model, ids: list[int]) -> PrefixCache:
     """Run `ids` through the model once (batch of one) and keep their keys and values."""
     device = model.device
-    out = model(input_ids=torch.tensor([ids], device=device), cache=DynamicCache(), use_cache=True, logits_to_keep=1)
+    out = model(input_ids=torch.tensor([ids], device=device), cache=new_cache(), use_cache=True, logits_to_keep=1)
     return _row_cache(out.cache, 0, 0, list(ids))
 
 
 def _prefill(model, contexts: list[list[int]], caches: list[PrefixCache | None] | None, input_ids: torch.Tensor,
-             attention_mask: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, DynamicCache, int]:
+             attention_mask: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, Cache, int]:
     """Run the contexts through the model: (last logits per row [B, V], the batch's cache, tokens run).
 
     Identical contexts are run once (their keys and values are then copied to each of their rows), and
@@ -126,7 +227,7 @@ def _prefill(model, contexts: list[list[int]], caches: list[PrefixCache | None] 
         for layer in cache.layers:
             layer.batch_select_indices(rows)
     out = model(input_ids=input_ids[rows, start:], attention_mask=attention_mask[rows],
-                position_ids=positions[rows, start:], cache=cache if cache is not None else DynamicCache(),
+                position_ids=positions[rows, start:], cache=cache if cache is not None else new_cache(),
                 use_cache=True, logits_to_keep=1)
     for layer in out.cache.layers:
         layer.batch_select_indices(expand)

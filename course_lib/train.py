@@ -61,6 +61,7 @@ from course_lib.credit import CreditInputs, ValueHead, state_positions, value_lo
 from course_lib.credit import process_rewards as default_turn_reward
 from course_lib.envs import load_tasks
 from course_lib.evaluate import evaluate
+from course_lib.kv_cache import sampler_gap, sampling_copy, synced
 from course_lib.losses import policy_loss
 from course_lib.models import autocast_context, load_policy
 from course_lib.rollout import RolloutStats, rollout
@@ -109,7 +110,8 @@ class TrainConfig:
     value_lr: float = 1e-3  # critic: learning rate of the value head
     value_coef: float = 0.5  # critic: weight of the value loss
     value_clip: float = 0.2  # critic: PPO value clipping range
-    ppo_epochs: int = 1  # updates per rollout batch (>1 uses the sampling log-probs as ℓ_old)
+    ppo_epochs: int = 1  # updates per rollout batch (>1 uses the sampling log-probs as ℓ_old, see `update`)
+    sample_dtype: str = "float32"  # rollouts sample from the trained weights, or from a "bfloat16" copy of them
     lr: float = 2e-5  # AdamW learning rate of the policy
     weight_decay: float = 0.0  # AdamW weight decay
     max_grad_norm: float = 1.0  # gradient clipping
@@ -172,10 +174,8 @@ def _judge_module():  # imported on first use: a run without a judge never needs
     try:
         import course_lib.judge as judge
     except ImportError as exc:
-        raise RuntimeError(
-            f"reward='judge'/'mix' and turn_reward='judge' need course_lib.judge, which did not import ({exc}); "
-            "use reward='verifier' or install the judge's dependencies"
-        ) from exc
+        raise RuntimeError(f"reward='judge'/'mix' and turn_reward='judge' need course_lib.judge, which did not "
+                           f"import ({exc}); use reward='verifier' or install the judge's dependencies") from exc
     return judge
 
 
@@ -335,26 +335,27 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
     sums: Counter = Counter()
     out = {"micro_batches": len(batches), "padding_fraction": 1 - real / padded, "train_tokens": real,
            "nonfinite": False, "epochs_stepped": 0}
+    old_from_sampler, first_epoch = config.ppo_epochs > 1 and config.sample_dtype == "float32", {}
     model.train()
     t0 = time.perf_counter()
     for epoch in range(config.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
         total_loss = 0.0
-        for rows in batches:
+        for j, rows in enumerate(batches):
             batch = collate([trajs[i] for i in rows], [advantages[i] for i in rows])
             logprobs, logits, hidden = forward_logprobs(model, batch, device, autocast_dtype, config.temperature,
                                                         need_hidden=critic)
-            # One epoch: ℓ_old = ℓ detached (TRL's on-policy default, w = 1); more: the sampling log-probs.
-            old = batch["old_logprobs"].to(device) if config.ppo_epochs > 1 else logprobs.detach()
+            # ℓ_old: one epoch, ℓ detached (TRL's on-policy default, w = 1); more, the sampling log-probs, or with a
+            # bf16 sampler the first epoch's ℓ (the master weights before this update: no bf16 log-prob in the ratio).
+            old = batch["old_logprobs"].to(device) if old_from_sampler else first_epoch.setdefault(j, logprobs.detach())
             ref = None
             if ref_model is not None:
                 with torch.no_grad():
                     ref = forward_logprobs(ref_model, batch, device, autocast_dtype, config.temperature)[0]
             loss_type, share = micro_batch_loss(config.loss_type, len(rows), len(trajs))
             loss, stats = policy_loss(logprobs, old, batch["advantages"].to(device), batch["loss_mask"].to(device),
-                                      loss_type=loss_type, eps_low=config.eps_low, eps_high=config.eps_high,
-                                      ref_logprobs=ref, beta=config.beta, max_completion_length=max_completion,
-                                      num_items_in_batch=n_items)
+                                      loss_type=loss_type, eps_low=config.eps_low, eps_high=config.eps_high, ref_logprobs=ref,
+                                      beta=config.beta, max_completion_length=max_completion, num_items_in_batch=n_items)
             loss = loss * share
             if critic:
                 positions = pad([state_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
@@ -372,6 +373,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
                     if key in stats:
                         sums[key] += stats[key] * weight
                 sums["entropy"] += entropy(logits.detach()) * weight
+                sums["sampler_logprob_gap"] += sampler_gap(batch, logprobs) / max(1, n_items)
         unscale_gradients(params, scale)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
         if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
@@ -441,18 +443,18 @@ def _batch_metrics(groups: list[TrajectoryGroup], batch: Batch) -> dict[str, Any
 
 def rl_step(step: int, model, tokenizer, value_head, optimizer, train_tasks: list[dict], config: TrainConfig,
             *, device, autocast_dtype, ref_model=None, interrupt: DeferredInterrupt | None = None,
-            hooks: Hooks = Hooks()) -> Batch:
+            hooks: Hooks = Hooks(), sampler=None) -> Batch:
     """One RL step: rollout -> reward -> advantages -> update. Returns its batch, with the step's metrics
     row in `batch.metrics`.
 
-    With `interrupt`, a Ctrl+C during the update is held until the update is done (rollouts stay
-    interruptible at once: they change no weights)."""
+    With `interrupt`, a Ctrl+C during the update is held until it is done (rollouts stay interruptible at
+    once: they change no weights). `sampler`: a `kv_cache.sampling_copy` the rollouts sample from, synced."""
     rng = random.Random(config.seed * 1_000_003 + step)  # tasks depend only on (seed, step): resumable
     tasks = rng.sample(train_tasks, min(config.tasks_per_step, len(train_tasks)))
     stats = RolloutStats()
     t0 = time.perf_counter()
-    groups = rollout(model, tokenizer, config.env, tasks, group_size=config.group_size, max_turns=config.max_turns,
-                     max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+    groups = rollout(synced(sampler, model), tokenizer, config.env, tasks, group_size=config.group_size,
+                     max_turns=config.max_turns, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                      seed=config.seed * 100_000 + step, max_context=config.max_context, progress=False, stats=stats)
     row: dict[str, Any] = {"step": step, "kind": "train", "seconds_rollout": time.perf_counter() - t0,
                            "generated_tokens": stats.new_tokens, "seconds_generate": stats.generate_seconds,
@@ -538,6 +540,7 @@ def train(config: TrainConfig, *, judge: Any = None, reward_fn: Callable[[Trajec
     if run.start < config.steps:
         check_disk_for_checkpoint(run_dir, run.model, run.value_head)
     run.ref_model = load_policy(config.model, device=config.device)[0] if config.beta > 0 else None
+    sampler = sampling_copy(run.model, config.sample_dtype)
 
     def run_eval(step: int) -> dict:
         t0 = time.perf_counter()
@@ -563,7 +566,7 @@ def train(config: TrainConfig, *, judge: Any = None, reward_fn: Callable[[Trajec
         for next_step in bar:
             row = rl_step(next_step, run.model, run.tokenizer, run.value_head, run.optimizer, train_tasks, config,
                           device=run.device, autocast_dtype=run.autocast_dtype, ref_model=run.ref_model,
-                          interrupt=held, hooks=hooks).metrics
+                          interrupt=held, hooks=hooks, sampler=sampler).metrics
             log_metrics(metrics_path, row)
             step = next_step
             bad_in_a_row = _after_update(row, step, bad_in_a_row, config)
@@ -592,7 +595,6 @@ def _after_update(row: dict, step: int, bad_in_a_row: int, config: TrainConfig) 
                 if row["epochs_stepped"] else "update skipped")
         print(f"step {step}: NaN/inf in the loss or the gradients; {done} ({bad_in_a_row} in a row)")
     if bad_in_a_row >= config.max_bad_updates:
-        raise RuntimeError(
-            f"{bad_in_a_row} updates in a row had a NaN/inf loss or gradient (last at step {step}); "
-            "stopping. Lower the learning rate, turn off bf16 autocast, or check the rewards.")
+        raise RuntimeError(f"{bad_in_a_row} updates in a row had a NaN/inf loss or gradient (last at step {step}); "
+                           "stopping. Lower the learning rate, turn off bf16 autocast, or check the rewards.")
     return bad_in_a_row

@@ -3,11 +3,14 @@
 Real embedded model, short generations: the plain version re-reads the whole context for every token.
 """
 
+import pytest
 import torch
-from conftest import logprob_atol
+from conftest import TEST_DEVICE, logprob_atol
 
 from course_lib import kv_cache, rollout
 from course_lib.envs import load_tasks
+from course_lib.models import load_policy
+from course_lib.train import Hooks, TrainConfig, rl_step
 from course_lib.trajectory import TrajectoryBuilder, render
 
 TASKS = load_tasks("lookup", "test")[:3]
@@ -74,3 +77,65 @@ def test_a_cache_is_used_only_up_to_where_its_tokens_match_the_context(policy):
     with_cache = kv_cache.generate_turn(model, tok, [ctx, other], max_new_tokens=8, temperature=0.0, caches=swapped)[0]
     without = kv_cache.generate_turn(model, tok, [ctx, other], max_new_tokens=8, temperature=0.0)[0]
     assert with_cache == without
+
+
+def test_the_preallocated_cache_gives_the_same_episodes_as_concatenation(policy, monkeypatch):
+    model, tok = policy
+    kwargs = dict(group_size=2, max_turns=3, max_new_tokens=24, temperature=0.0, seed=0, progress=False)
+    monkeypatch.setattr(kv_cache.RoomyLayer, "room", 5)  # small: the buffers are reallocated within turns too
+    episodes = {}
+    for preallocate in (False, True):
+        monkeypatch.setattr(kv_cache, "PREALLOCATE", preallocate)
+        episodes[preallocate] = [t for g in rollout.rollout(model, tok, "lookup", TASKS, **kwargs) for t in g]
+    assert max(t.num_turns for t in episodes[True]) >= 2
+    assert [t.token_ids for t in episodes[True]] == [t.token_ids for t in episodes[False]]
+    for a, b in zip(episodes[True], episodes[False]):
+        assert _close([a.logprobs], [b.logprobs], logprob_atol(model, 1e-4))
+    cache = kv_cache.new_cache()  # the cache those rollouts used (PREALLOCATE is True here)
+    model(input_ids=torch.tensor([_prompt(tok, "Hi")], device=model.device), cache=cache, use_cache=True)
+    assert cache.layers and all(isinstance(layer, kv_cache.RoomyLayer) for layer in cache.layers)
+
+
+def _bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_a_bf16_sampling_copy_equals_the_master_weights_rounded_after_an_update():
+    model, tok = load_policy("smollm2-135m", device=TEST_DEVICE)  # its own copy: this test changes its weights
+    assert kv_cache.sampling_copy(model, "float32") is model and kv_cache.synced(None, model) is model
+    sampler = kv_cache.sampling_copy(model, "bfloat16")
+    master, copied = list(model.parameters()), list(sampler.parameters())
+    assert {p.dtype for p in master} == {torch.float32} and {p.dtype for p in copied} == {torch.bfloat16}
+    assert 2 * _bytes(sampler) == _bytes(model)  # the copy's memory: half the fp32 weights (a tied layer once)
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert (sampler.get_output_embeddings().weight is sampler.get_input_embeddings().weight) == tied
+    assert all(b.dtype == a.dtype for a, b in zip(model.buffers(), sampler.buffers()))  # rotary frequencies
+    assert all(not p.requires_grad for p in copied) and sampler.course_autocast is None
+
+    ids = tok("The cat sat on the mat because it was warm.", return_tensors="pt")["input_ids"].to(model.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()  # an update of the fp32 master weights
+    assert any(not torch.equal(s, m.detach().to(torch.bfloat16)) for s, m in zip(copied, master))  # stale copy
+    assert kv_cache.synced(sampler, model) is sampler  # refreshed before it samples
+    assert all(torch.equal(s, m.detach().to(torch.bfloat16)) for s, m in zip(copied, master))
+    with pytest.raises(ValueError, match="sample_dtype must be one of"):
+        kv_cache.sampling_copy(model, "float16")
+
+
+def test_with_a_bf16_sampler_the_ratio_never_reads_the_samplers_log_probs(tmp_path):
+    """An RL step whose rollouts a bf16 copy samples, two PPO epochs: ℓ_old is the fp32 trainer's own first-epoch
+    ℓ (ratio exactly 1 in that epoch), and the metrics report how far the sampler's log-probs were from it."""
+    model, tok = load_policy("smollm2-135m", device=TEST_DEVICE)  # its own copy: the step updates it
+    config = TrainConfig(env="lookup", run_dir=str(tmp_path), tasks_per_step=1, group_size=2, max_turns=1,
+                         max_new_tokens=6, ppo_epochs=2, bf16_autocast=False, sample_dtype="bfloat16", progress=False)
+    sampler = kv_cache.sampling_copy(model, config.sample_dtype)
+    batch = rl_step(1, model, tok, None, torch.optim.AdamW(model.parameters(), lr=1e-5), load_tasks("lookup", "train"),
+                    config, device=model.device, autocast_dtype=None, sampler=sampler,
+                    hooks=Hooks(reward_fn=lambda t: float(t.traj_id.endswith("#0"))))
+    row = batch.metrics
+    assert row["epochs_stepped"] == 2 and row["ratio_mean"] == pytest.approx(1.0, abs=1e-9), row
+    # bf16 weights move a log-prob by far more than fp32 rounding (about 1e-5 between two fp32 passes)
+    assert 1e-3 < row["sampler_logprob_gap"] < 1.0, row
+    assert all(torch.equal(s, m.detach().to(torch.bfloat16))  # refreshed before the next rollout
+               for s, m in zip(kv_cache.synced(sampler, model).parameters(), model.parameters()))

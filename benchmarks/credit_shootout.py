@@ -15,7 +15,9 @@ several worker processes at once (each run is claimed by one; the warm start is 
 Writes benchmarks/results/credit_shootout[_<size>].md from every finished run (so a partial run reports
 the seeds it has): per method the final held-out success over seeds; every method against outcome,
 paired by seed, with the t-interval, p-value and the smallest difference the run could detect; GiGPO's
-step-group statistics. And a PNG of held-out success against RL step.
+step-group statistics. And a PNG of held-out success against RL step, and credit_shootout[_<size>]_runs.json:
+every finished run's held-out curve, final per-task outcomes and per-step training statistics (no weights),
+which notebook 06 plots as its reference runs.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class Preset(Sizes):
     max_new_tokens: int  # tokens per model turn
     eval_tasks: int  # held-out tasks per evaluation (the first ones of the test split that pass the RL filter)
     eval_every: int  # evaluation period in steps, and at the last step (step 0 is the shared start_eval)
-    warm: WarmStartSizes | None  # the warm start shared by all methods; None: the course's full-mode one
+    warm: WarmStartSizes | None  # the warm start shared by all methods; None: the course's learning-mode one
     envs: tuple[str, ...]  # environments run by default
     seeds: tuple[int, ...]  # seeds run by default
     lr: float = 2e-5
@@ -205,12 +207,12 @@ def max_turns_of(preset: Preset, env: str) -> int:
 
 
 def warm_start_of(size: str, env: str) -> Path:
-    """The preset's warm start: its own sizes, or (warm=None) the course's full-mode warm start."""
+    """The preset's warm start: its own sizes, or (warm=None) the course's learning-mode warm start."""
     preset, opts = PRESETS[size], ENV_OPTIONS[env]
     if preset.warm is not None:
         return ensure_warm_start(env, task_filter=opts["warm_filter"], progress=False, **preset.warm.options())
     if fast_mode():
-        raise SystemExit(f"the {size} preset starts from the course's full-mode warm start; unset COURSE_FAST")
+        raise SystemExit(f"the {size} preset starts from the course's learning-mode warm start; unset COURSE_FAST")
     return course_warm_start(env, progress=False, **opts["course_overrides"])
 
 
@@ -467,7 +469,7 @@ def group_rows(size: str, envs: list[str], results: list[dict]) -> list[str]:
 def header(size: str, results: list[dict]) -> list[str]:
     """What ran where: preset, machines, threads, torch, dates (from the runs' result.json files)."""
     p = PRESETS[size]
-    warm = ("the course's full-mode warm start (`course_lib.notebook.course_warm_start(env)`)" if p.warm is None
+    warm = ("the course's learning-mode warm start (`course_lib.notebook.course_warm_start(env)`)" if p.warm is None
             else f"a warm start on {p.warm.n_demos} expert demonstrations, {p.warm.steps} steps of batch "
                  f"{p.warm.batch_size}, lr {p.warm.lr}")
     filters = "; ".join(f"{env}: {ENV_OPTIONS[env]['rl_filter']}, {max_turns_of(p, env)} turns"
@@ -526,6 +528,27 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
               "|---|---|---|---|---|"] + group_rows(size, envs, results)
     out_md.write_text("\n".join(lines) + "\n")
     plot(size, envs, methods, results, out_png)
+    write_runs(size, results, out_md.with_name(out_md.stem + "_runs.json"))
+
+
+TRAIN_KEYS = ("success", "reward", "turns", "equal_reward_groups", "skipped_groups", "advantage_std",
+              "step_group_size_mean", "train_tokens")
+
+
+def write_runs(size: str, results: list[dict], path: Path) -> None:
+    """Every finished run as data (the reference runs notebooks plot): its held-out curve, its final per-task
+    outcomes and, per training step, TRAIN_KEYS read from the run's metrics.jsonl (when it is still there)."""
+    runs = []
+    for r in sorted(results, key=lambda r: (r["env"], METHODS.index(r["method"]) if r["method"] in METHODS else 99,
+                                            r["seed"])):
+        metrics_path = run_dir_of(size, r["env"], r["method"], r["seed"]) / "metrics.jsonl"
+        train_rows = [row for row in read_metrics(metrics_path.parent) if row["kind"] == "train"] \
+            if metrics_path.exists() else []
+        runs.append({k: r[k] for k in ("env", "method", "seed", "curve", "final", "outcomes", "mean_turns_success",
+                                        "updates", "steps_run", "seconds", "machine", "threads", "date")}
+                    | {"train": [{"step": row["step"], **{k: row.get(k) for k in TRAIN_KEYS}} for row in train_rows]})
+    head = json.dumps({"preset": size, "budget": asdict(PRESETS[size])})[:-1]
+    path.write_text(head + ', "runs": [\n' + ",\n".join(json.dumps(run) for run in runs) + "\n]}\n")  # a run a line
 
 
 def plot(size: str, envs: list[str], methods: list[str], results: list[dict], path: Path) -> None:

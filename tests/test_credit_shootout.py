@@ -108,6 +108,12 @@ def test_report_from_partial_results(shootout, tmp_path):
     assert "| gridworld | gigpo runs, all steps of 2 seeds | 8 | 0.50 | 1: 4, 2: 2 |" in table
     assert "Machine: test machine, 1 torch threads per worker, torch x." in table
     assert out["plot"].stat().st_size > 0
+    # the runs as data, for notebook 06's reference curves: one entry per finished run, outcome first
+    data = json.loads((tmp_path / "results" / "credit_shootout_tiny_runs.json").read_text())
+    assert [(r["method"], r["seed"]) for r in data["runs"]][:4] == [("outcome", 0), ("outcome", 1), ("outcome", 2),
+                                                                  ("gigpo", 0)]
+    assert data["runs"][3]["outcomes"] == [1, 1] and data["runs"][3]["train"] == []  # no metrics.jsonl here
+    assert data["budget"]["steps"] == shootout.PRESETS["tiny"].steps
 
 
 def test_shootout_runs_every_method_and_resumes(shootout, tmp_path):

@@ -53,7 +53,8 @@ from course_lib.sft import ensure_warm_start
 from course_lib.tasks import filter_tasks
 from course_lib.train import TrainConfig, train
 
-METHODS = tuple(CREDIT_METHODS)  # every registered credit method
+METHODS = ("outcome", "gigpo", "turn", "critic")  # the credit methods compared (fixed: runs pair up across workers)
+assert set(METHODS) <= set(CREDIT_METHODS), "every compared method is registered in course_lib.credit"
 BASELINE = "outcome"  # every other method is compared with this one, seed by seed
 RESULTS = Path(__file__).resolve().parent / "results"
 ALPHA, POWER = 0.05, 0.80  # the paired test's level, and the power at which the detectable effect is stated

@@ -438,9 +438,10 @@ def groups_to_train(method: str, inputs: CreditInputs, result: CreditResult) -> 
     equal_rewards (outcome, turn): a group whose rewards are all equal is skipped. Under outcome credit
     its advantages are all 0 (no gradient); under turn credit only the turn term would be left, and the
     verifier stays in charge: turn rewards alone (a judge's taste) never train the model.
-    zero_advantages (gigpo): skipped only when all its advantages are 0. GiGPO's step advantages come
-    from the environment's own rewards, discounted, so they still separate the members of an
-    all-success group (a shorter path through the same state scores higher).
+    zero_advantages (gigpo, turn_dense): skipped only when all its advantages are 0. GiGPO's step advantages
+    come from the environment's own rewards, discounted, so they still separate the members of an
+    all-success group (a shorter path through the same state scores higher); turn_dense lets the turn
+    rewards alone train a group whose rollouts all failed.
     never (critic): the critic learns from every group; its baseline is V, not the group mean.
     """
     rule = credit_method_named(method).skip
@@ -501,6 +502,19 @@ def turn_credit(inputs: CreditInputs, *, turn_weight: float = 0.5, gamma: float 
     flat = turn_advantages(inputs.per_row(inputs.turn_rewards), outcome, group_ids, traj_ids,
                            weight=turn_weight, gamma=gamma, scale=scale)
     return inputs.split(flat)
+
+
+@credit_method("turn_dense", needs=("turn_rewards",), skip="zero_advantages")
+def turn_dense_credit(inputs: CreditInputs, *, turn_weight: float = 0.5, gamma: float = 0.95,
+                      scale: str = "group") -> list[torch.Tensor]:
+    """The advantages of `turn` (`turn_advantages`), but a group is skipped only when all its advantages are 0.
+
+    In a group whose rollouts all failed, A_O = 0 and A(τ, t) = turn_weight · A_T(τ, t): the turn rewards
+    alone move the policy. That is the point when success is rare (most groups fail together and outcome
+    credit has nothing to compare) and the turn reward is aligned with success; with a misaligned one, the
+    policy learns whatever it pays for, with no verifier to stop it in those groups (notebook 07).
+    """
+    return turn_credit(inputs, turn_weight=turn_weight, gamma=gamma, scale=scale)
 
 
 @credit_method("critic", needs=("turn_rewards", "values"), skip="never")

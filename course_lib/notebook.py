@@ -72,6 +72,19 @@ def pick(fast, full):
     return fast if fast_mode() else full
 
 
+def reference_results(name: str) -> dict:
+    """A committed result file of the course's reference runs, `benchmarks/results/<name>` (JSON), for
+    notebooks that plot a learner's run next to runs made with more seeds or steps."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: it ships with the course repository (git checkout the file, "
+                                "or run the benchmark that writes it)")
+    return json.loads(path.read_text())
+
+
 def strip_widget_state(path: str) -> None:
     """Remove ipywidgets state from a notebook (it breaks GitHub's renderer and nbval diffs)."""
     import nbformat
@@ -119,6 +132,10 @@ def run_notebook(path: str, timeout: int = 3600, fast: bool = True) -> float:
 if __name__ == "__main__":
     import sys
 
+    if not sys.argv[1:] or {"-h", "--help"} & set(sys.argv[1:]):
+        raise SystemExit("usage: python -m course_lib.notebook [--learning] NOTEBOOK.ipynb ...\n"
+                         "Executes each notebook in place (fast mode, or the default learning mode with --learning),\n"
+                         "saves its outputs, strips widget state and prints the wall time.")
     learning = "--learning" in sys.argv[1:]
     for p in sys.argv[1:]:
         if p != "--learning":

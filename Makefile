@@ -9,7 +9,8 @@ BIN     = $(VENV)/bin
 TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
-# Every notebook runs under nbval in fast mode (pass NOTEBOOKS=... to check a subset).
+# Every notebook runs under nbval in fast mode (pass NOTEBOOKS=... to check a subset), its exercise stubs
+# replaced by the reference solutions (COURSE_SOLUTIONS=1, see course_lib/grading.py).
 NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb))
 
 .PHONY: install demo test lab data lint clean-runs
@@ -32,7 +33,7 @@ demo: install
 
 test: install
 	$(BIN)/python -m course_lib.tasks --check
-	COURSE_FAST=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env --durations=15 $(PYTEST_ARGS) tests $(NOTEBOOKS)
+	COURSE_FAST=1 COURSE_SOLUTIONS=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env --durations=15 $(PYTEST_ARGS) tests $(NOTEBOOKS)
 
 lab: install
 	$(BIN)/jupyter lab notebooks/

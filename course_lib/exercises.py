@@ -1,20 +1,41 @@
-"""Check functions for the notebooks' exercises: run them on your answer, read the message."""
+"""Check functions for the notebooks' exercises: run them on your answer, read the message.
+
+Each `check_*` grades one exercise and returns what the cells below should use (see `course_lib.grading`:
+a stub or a wrong answer gets a one-line message and the reference solution from `course_lib.solutions`).
+Notebooks 00 to 06 here; 07 to 11 in `course_lib.exercises_late`, re-exported below.
+"""
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
 
-class ExerciseFailed(AssertionError):
-    pass
-
-
-def _ok(msg: str) -> None:
-    print(f"Correct! {msg}")
-
+from course_lib.exercises_late import (  # noqa: F401  (the notebooks import every check from here)
+    check_clipped_value_loss,
+    check_diff_check,
+    check_effective_sample_size,
+    check_group_rewards,
+    check_hack_attempt,
+    check_pairwise_accuracy,
+    check_pooled_turn_part,
+    check_position_bias_rate,
+    check_repeat_penalty,
+    check_trl_env_mask,
+    check_truncated_gae,
+    check_truncated_importance_weights,
+)
+from course_lib.grading import ExerciseFailed, graded  # noqa: F401
 
 # ----- notebook 00: setup ------------------------------------------------------------------------------
 
-def check_count_prompt_tokens(fn, tokenizer) -> None:
+def check_count_prompt_tokens(fn: Any, tokenizer: Any) -> Any:
     """Notebook 00: `fn(tokenizer, messages) -> int` counts the tokens of a rendered conversation."""
+    return graded(fn, "count_prompt_tokens",
+                  "render the conversation with tokenizer.apply_chat_template(..., add_generation_prompt=True) and count its token ids.",
+                  partial(_grade_count_prompt_tokens, tokenizer=tokenizer))
+
+
+def _grade_count_prompt_tokens(fn, tokenizer) -> str:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there!"}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     expected = len(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -24,11 +45,17 @@ def check_count_prompt_tokens(fn, tokenizer) -> None:
                              "(apply_chat_template) and include the generation prompt? With tokenize=True, recent "
                              "transformers return a dict-like BatchEncoding (its len is the number of fields): "
                              "count its ['input_ids'].")
-    _ok(f"{expected} tokens, including the template's role markers.")
+    return f"{expected} tokens, including the template's role markers."
 
 
-def check_is_tool_call(fn) -> None:
+def check_is_tool_call(fn: Any) -> Any:
     """Notebook 00: `fn(text) -> bool` says whether a model turn is a well-formed tool call."""
+    return graded(fn, "is_tool_call",
+                  "return True when parse_action(text, tools).kind is 'tool_call'.",
+                  _grade_is_tool_call)
+
+
+def _grade_is_tool_call(fn) -> str:
     cases = {
         '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}</tool_call>': True,
         "<answer>Orvane</answer>": False,
@@ -39,13 +66,42 @@ def check_is_tool_call(fn) -> None:
         if bool(fn(text)) != expected:
             raise ExerciseFailed(f"for {text!r} you said {fn(text)}, expected {expected}. "
                                  "Hint: use course_lib.protocol.parse_action and look at .kind")
-    _ok("you can tell a tool call from an answer and from a broken call.")
+    return "you can tell a tool call from an answer and from a broken call."
+
+
+def check_tool_call_text(fn: Any) -> Any:
+    """Notebook 00: `fn(name, arguments) -> str` writes the text of a tool call that the parser accepts."""
+    return graded(fn, "tool_call_text",
+                  "return '<tool_call>' + the JSON of {\"name\": name, \"arguments\": arguments} + '</tool_call>'.",
+                  _grade_tool_call_text)
+
+
+def _grade_tool_call_text(fn) -> str:
+    from course_lib.protocol import Tool, parse_action
+
+    tools = [Tool("lookup", "Look up an agent.", {"name": ("string", "code name")}),
+             Tool("search", "Search.", {"query": ("string", "what to search for"), "k": ("integer", "results")})]
+    for name, arguments in [("lookup", {"name": "Kalo"}), ("search", {"query": 'Zoë "the elder"', "k": 3})]:
+        text = fn(name, arguments)
+        action = parse_action(text, tools)
+        if action.kind != "tool_call":
+            raise ExerciseFailed(f"for {name}({arguments}) you wrote {text!r}, which the parser reads as malformed: "
+                                 f"{action.error} Write the JSON with json.dumps, keys 'name' and 'arguments'.")
+        if action.name != name or action.arguments != arguments:
+            raise ExerciseFailed(f"for {name}({arguments}) the parser read {action.name}({action.arguments}).")
+    return "the parser reads back the same tool and the same arguments, quotes and accents included."
 
 
 # ----- notebook 01: the agentic setting ----------------------------------------------------------------
 
-def check_wilson_interval(fn) -> None:
+def check_wilson_interval(fn: Any) -> Any:
     """Notebook 01: `fn(successes, n) -> (low, high)`, the 95% Wilson score interval."""
+    return graded(fn, "my_wilson",
+                  "return (low, high), the 95% Wilson score interval for successes out of n.",
+                  _grade_wilson_interval)
+
+
+def _grade_wilson_interval(fn) -> str:
     from course_lib.train import wilson_interval
 
     for successes, n in [(0, 10), (5, 10), (10, 10), (37, 100), (1, 3)]:
@@ -54,11 +110,17 @@ def check_wilson_interval(fn) -> None:
             raise ExerciseFailed(f"for {successes}/{n} you gave ({got[0]:.4f}, {got[1]:.4f}), expected "
                                  f"({expected[0]:.4f}, {expected[1]:.4f}). Centre (p + z²/2n)/(1 + z²/n), "
                                  "half-width z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n), z = 1.96.")
-    _ok("your interval matches course_lib.train.wilson_interval, including at 0/n and n/n.")
+    return "your interval matches course_lib.train.wilson_interval, including at 0/n and n/n."
 
 
-def check_episodes_needed(fn) -> None:
+def check_episodes_needed(fn: Any) -> Any:
     """Notebook 01: `fn(half_width) -> int`, episodes for a 95% normal interval of at most ± half_width at p = 0.5."""
+    return graded(fn, "episodes_needed",
+                  "return the smallest n with 1.96·sqrt(0.25/n) ≤ half_width (round up).",
+                  _grade_episodes_needed)
+
+
+def _grade_episodes_needed(fn) -> str:
     import math
 
     for h in (0.1, 0.05, 0.02):
@@ -67,11 +129,17 @@ def check_episodes_needed(fn) -> None:
         if got != expected:
             raise ExerciseFailed(f"for ±{h} you said {got} episodes, expected {expected}. The worst case is p = 0.5, "
                                  "where 1.96·sqrt(p(1−p)/n) ≤ h gives n ≥ (1.96·0.5/h)²; round up.")
-    _ok("halving the interval costs four times the episodes.")
+    return "halving the interval costs four times the episodes."
 
 
-def check_classify_action(fn) -> None:
+def check_classify_action(fn: Any) -> Any:
     """Notebook 01: `fn(text) -> "tool_call" | "answer" | "malformed"` for the lookup environment."""
+    return graded(fn, "classify",
+                  "return 'tool_call', 'answer' or 'malformed' for the lookup environment's tools.",
+                  _grade_classify_action)
+
+
+def _grade_classify_action(fn) -> str:
     cases = {
         '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}</tool_call>': "tool_call",
         "Agent Kalo is stationed in Orvane. <answer>Orvane</answer>": "answer",
@@ -84,13 +152,19 @@ def check_classify_action(fn) -> None:
         if got != expected:
             raise ExerciseFailed(f"for {text!r} you said {got!r}, expected {expected!r}. "
                                  "Hint: parse_action(text, make_env('lookup').tools).kind")
-    _ok("a call to a tool that does not exist, and a call followed by an imagined result, are both malformed.")
+    return "a call to a tool that does not exist, and a call followed by an imagined result, are both malformed."
 
 
 # ----- notebook 02: environments -----------------------------------------------------------------------
 
-def check_run_episode(fn) -> None:
+def check_run_episode(fn: Any) -> Any:
     """Notebook 02: `fn(env, task, policy) -> reward` plays one episode to its end."""
+    return graded(fn, "run_episode",
+                  "reset the environment, step it with policy(env) until result.done, return result.reward.",
+                  _grade_run_episode)
+
+
+def _grade_run_episode(fn) -> str:
     from course_lib.envs import load_tasks, make_env
     from course_lib.protocol import format_answer, format_tool_call
 
@@ -106,11 +180,17 @@ def check_run_episode(fn) -> None:
         if got is None or float(got) != expected:
             raise ExerciseFailed(f"with {label} your episode returned {got!r}, expected {expected}. Reset the "
                                  "environment, call step() until result.done, and return result.reward.")
-    _ok("the same loop plays any policy; the turn limit ends episodes that never answer.")
+    return "the same loop plays any policy; the turn limit ends episodes that never answer."
 
 
-def check_normalize_answer(fn) -> None:
+def check_normalize_answer(fn: Any) -> Any:
     """Notebook 02: `fn(text) -> str`, the search-QA answer normalisation."""
+    return graded(fn, "normalize",
+                  "lowercase, drop punctuation and the words a/an/the, join on single spaces.",
+                  _grade_normalize_answer)
+
+
+def _grade_normalize_answer(fn) -> str:
     from course_lib.envs.search_qa import normalize_answer
 
     for text in ["The Orrin Guild", "  port   aldis. ", "An Apple a day", "O'Neill-Varrow!", "1874", "THEATRE"]:
@@ -118,13 +198,39 @@ def check_normalize_answer(fn) -> None:
         if got != expected:
             raise ExerciseFailed(f"normalize({text!r}) gave {got!r}, expected {expected!r}. Lowercase, drop "
                                  "string.punctuation, remove whole-word a/an/the, join on single spaces.")
-    _ok("your rule and the verifier's agree.")
+    return "your rule and the verifier's agree."
+
+
+def check_verifier_reward(fn: Any) -> Any:
+    """Notebook 02: `fn(answer, reference) -> float`, 1.0 when the normalised texts are equal, else 0.0."""
+    return graded(fn, "verifier_reward",
+                  "return 1.0 when normalize(answer) == normalize(reference), else 0.0.", _grade_verifier_reward)
+
+
+def _grade_verifier_reward(fn) -> str:
+    cases = [("Port Aldis", 1.0, ""), ("the PORT aldis.", 1.0, "a right answer written differently"),
+             ("not Port Aldis", 0.0, "a denial"), ("Port Aldis, Quenport or Jorvik", 0.0, "a list of guesses"),
+             ("Quenport", 0.0, "a wrong answer")]
+    for answer, expected, label in cases:
+        got = fn(answer, "Port Aldis")
+        if got is None or float(got) != expected:
+            why = ("it pays for text that merely contains the reference" if expected == 0.0
+                   else "it refuses a right answer that differs only in case, punctuation or articles")
+            raise ExerciseFailed(f"for {label or 'the reference itself'} ({answer!r}) you gave {got}, expected "
+                                 f"{expected}: {why}. Compare the whole normalised texts.")
+    return "a denial and a list of guesses get 0, a right answer in other words gets 1."
 
 
 # ----- notebook 03: trajectories and the loss mask -----------------------------------------------------
 
-def check_environment_positions(fn, tokenizer) -> None:
+def check_environment_positions(fn: Any, tokenizer: Any) -> Any:
     """Notebook 03: `fn(trajectory) -> list[int]` gives the positions the environment wrote after the prompt."""
+    return graded(fn, "environment_positions",
+                  "return the positions with loss_mask 0 and turn_index >= 0.",
+                  partial(_grade_environment_positions, tokenizer=tokenizer))
+
+
+def _grade_environment_positions(fn, tokenizer) -> str:
     from course_lib.envs import load_tasks
     from course_lib.rollout import expert_rollout
 
@@ -132,8 +238,7 @@ def check_environment_positions(fn, tokenizer) -> None:
     expected = [i for i, (m, t) in enumerate(zip(traj.loss_mask, traj.turn_index)) if m == 0 and t >= 0]
     got = list(fn(traj))
     if got == expected:
-        _ok(f"{len(expected)} environment tokens after the prompt, none of them trained on.")
-        return
+        return f"{len(expected)} environment tokens after the prompt, none of them trained on."
     prompt = [i for i, t in enumerate(traj.turn_index) if t < 0]
     if set(prompt) & set(got):
         raise ExerciseFailed("your positions include the prompt (turn_index -1); keep only turn_index >= 0")
@@ -143,8 +248,14 @@ def check_environment_positions(fn, tokenizer) -> None:
                          "return every position with loss_mask 0 and turn_index >= 0, in increasing order")
 
 
-def check_round_trips(fn, tokenizer) -> None:
+def check_round_trips(fn: Any, tokenizer: Any) -> Any:
     """Notebook 03: `fn(tokenizer, ids) -> bool` says whether decode-then-encode gives back `ids`."""
+    return graded(fn, "round_trips",
+                  "decode the ids, encode the text (add_special_tokens=False), compare with the ids.",
+                  partial(_grade_round_trips, tokenizer=tokenizer))
+
+
+def _grade_round_trips(fn, tokenizer) -> str:
     text = "<answer>Corvath</answer>"
     canonical = tokenizer(text, add_special_tokens=False)["input_ids"]
     vocab = tokenizer.get_vocab()
@@ -163,11 +274,17 @@ def check_round_trips(fn, tokenizer) -> None:
     if split is not None and fn(tokenizer, split):
         raise ExerciseFailed(f"{split} decodes to {tokenizer.decode(split)!r} but re-encodes to {canonical}: "
                              "it does not round-trip, yet you said True")
-    _ok("canonical ids round-trip; a non-canonical split of the same text does not.")
+    return "canonical ids round-trip; a non-canonical split of the same text does not."
 
 
-def check_keeps_prefix(fn, tokenizer, rewriting_tokenizer) -> None:
+def check_keeps_prefix(fn: Any, tokenizer: Any, rewriting_tokenizer: Any) -> Any:
     """Notebook 03: `fn(tokenizer, messages, next_messages) -> bool` checks the prefix property."""
+    return graded(fn, "keeps_prefix",
+                  "render both conversations with add_generation_prompt=True and compare with str.startswith.",
+                  partial(_grade_keeps_prefix, tokenizer=tokenizer, rewriting_tokenizer=rewriting_tokenizer))
+
+
+def _grade_keeps_prefix(fn, tokenizer, rewriting_tokenizer) -> str:
     call = '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}</tool_call>'
     first = [{"role": "user", "content": "Where is Kalo?"},
              {"role": "assistant", "content": "Let me look. " + call},
@@ -180,7 +297,7 @@ def check_keeps_prefix(fn, tokenizer, rewriting_tokenizer) -> None:
     if fn(rewriting_tokenizer, first, second):
         raise ExerciseFailed("the rewriting template drops the first turn's thought once a second turn exists, "
                              "so the prefix property is broken, but you said True")
-    _ok("you can tell a template that keeps history from one that rewrites it.")
+    return "you can tell a template that keeps history from one that rewrites it."
 
 
 # ----- notebook 04: the masked policy-gradient loss ----------------------------------------------------
@@ -195,8 +312,14 @@ def _loss_batch():
     return logprobs, advantages, mask
 
 
-def check_reinforce_loss(fn) -> None:
+def check_reinforce_loss(fn: Any) -> Any:
     """Notebook 04: `fn(logprobs, advantages, mask) -> scalar`, the token-mean REINFORCE loss."""
+    return graded(fn, "my_reinforce_loss",
+                  "return −Σ A_b·ℓ_bt·m_bt / Σ m_bt.",
+                  _grade_reinforce_loss)
+
+
+def _grade_reinforce_loss(fn) -> str:
     from course_lib.losses import policy_loss
 
     logprobs, advantages, mask = _loss_batch()
@@ -213,11 +336,17 @@ def check_reinforce_loss(fn) -> None:
         raise ExerciseFailed("the value is right but the gradient is not: is a detach() in the wrong place?")
     if grad[mask == 0].abs().max().item() != 0.0:
         raise ExerciseFailed("masked positions got a gradient: multiply by the mask before summing.")
-    _ok("value and gradient equal policy_loss(..., loss_type='bnpo') with old_logprobs = logprobs.detach().")
+    return "value and gradient equal policy_loss(..., loss_type='bnpo') with old_logprobs = logprobs.detach()."
 
 
-def check_clipped_objective(fn) -> None:
+def check_clipped_objective(fn: Any) -> Any:
     """Notebook 04: `fn(ratio, advantage, eps) -> tensor`, the PPO clipped objective min(wA, clip(w)A)."""
+    return graded(fn, "clipped",
+                  "return min(w·A, clip(w, 1−ε, 1+ε)·A), elementwise.",
+                  _grade_clipped_objective)
+
+
+def _grade_clipped_objective(fn) -> str:
     import torch
 
     ratio = torch.tensor([0.5, 0.79, 0.8, 1.0, 1.1, 1.2, 1.21, 2.0])
@@ -228,11 +357,17 @@ def check_clipped_objective(fn) -> None:
             raise ExerciseFailed(f"for A = {advantage} you gave {[round(float(x), 3) for x in got]}, expected "
                                  f"{[round(float(x), 3) for x in expected]}. Take the min of the unclipped and "
                                  "the clipped term (clip w to [1−ε, 1+ε]) and do not negate it.")
-    _ok("the min makes the objective pessimistic: clipping only removes the incentive to move further.")
+    return "the min makes the objective pessimistic: clipping only removes the incentive to move further."
 
 
-def check_episode_weights(fn) -> None:
+def check_episode_weights(fn: Any) -> Any:
     """Notebook 04: `fn(lengths, T, loss_type) -> list[float]`, the weight each token of episode b gets."""
+    return graded(fn, "token_weights",
+                  "return the weight of one token of each episode, from the table of the four normalisations.",
+                  _grade_episode_weights)
+
+
+def _grade_episode_weights(fn) -> str:
     import torch
 
     from course_lib.losses import policy_loss
@@ -250,13 +385,19 @@ def check_episode_weights(fn) -> None:
             raise ExerciseFailed(f"for {loss_type} with lengths {lengths}, T = {T} you gave "
                                  f"{[round(g, 4) for g in got]}, expected {[round(e, 4) for e in expected]} "
                                  "(T is the padded length, a setting, not the longest episode's length).")
-    _ok("grpo divides by each episode's own length; bnpo/dapo by the batch's tokens; dr_grpo by a constant.")
+    return "grpo divides by each episode's own length; bnpo/dapo by the batch's tokens; dr_grpo by a constant."
 
 
 # ----- notebook 05: outcome-only credit ----------------------------------------------------------------
 
-def check_informative_fraction(fn) -> None:
+def check_informative_fraction(fn: Any) -> Any:
     """Notebook 05: `fn(rewards_by_group) -> float`, the fraction of groups whose rewards are not all equal."""
+    return graded(fn, "informative_fraction",
+                  "return the share of groups whose rewards are not all equal.",
+                  _grade_informative_fraction)
+
+
+def _grade_informative_fraction(fn) -> str:
     cases = [([[1, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 0]], 1 / 3), ([[0.5, 0.5], [0.2, 0.7]], 0.5),
              ([[1, 1], [0, 0]], 0.0), ([[0, 1, 0]], 1.0)]
     for groups, expected in cases:
@@ -264,11 +405,17 @@ def check_informative_fraction(fn) -> None:
         if abs(float(got) - expected) > 1e-9:
             raise ExerciseFailed(f"for {groups} you gave {got}, expected {expected:.4f}. A group carries a "
                                  "signal when at least two of its rewards differ (len(set(rewards)) > 1).")
-    _ok("only groups with mixed rewards move the policy; the rest cost compute and give zero advantage.")
+    return "only groups with mixed rewards move the policy; the rest cost compute and give zero advantage."
 
 
-def check_dr_grpo_advantages(fn) -> None:
+def check_dr_grpo_advantages(fn: Any) -> Any:
     """Notebook 05: `fn(rewards, group_ids) -> tensor`, the advantage without the std (Dr. GRPO)."""
+    return graded(fn, "dr_grpo_advantages",
+                  "return each reward minus its group's mean reward, as a tensor.",
+                  _grade_dr_grpo_advantages)
+
+
+def _grade_dr_grpo_advantages(fn) -> str:
     import torch
 
     from course_lib.credit import outcome_advantages
@@ -280,11 +427,17 @@ def check_dr_grpo_advantages(fn) -> None:
         raise ExerciseFailed(f"got {[round(float(x), 4) for x in got]}, expected "
                              f"{[round(float(x), 4) for x in expected]}. Subtract each group's mean reward, "
                              "and do not divide by anything.")
-    _ok("without the std, a group of one success among four gives +0.75 / −0.25 instead of +1.5 / −0.5.")
+    return "without the std, a group of one success among four gives +0.75 / −0.25 instead of +1.5 / −0.5."
 
 
-def check_masked_token_advantages(fn) -> None:
+def check_masked_token_advantages(fn: Any) -> Any:
     """Notebook 05: `fn(advantage, turn_index, loss_mask) -> tensor`, A on the model's tokens, 0 elsewhere."""
+    return graded(fn, "masked_token_advantages",
+                  "return a tensor with the advantage where loss_mask is 1, 0 elsewhere.",
+                  _grade_masked_token_advantages)
+
+
+def _grade_masked_token_advantages(fn) -> str:
     import torch
 
     turn_index = [-1, -1, -1, 0, 0, 0, 0, 0, 1, 1, 1, 1]
@@ -294,13 +447,19 @@ def check_masked_token_advantages(fn) -> None:
     if got.shape != expected.shape or not torch.allclose(got, expected, atol=1e-6):
         raise ExerciseFailed(f"got {got.tolist()}, expected {expected.tolist()}. Every token the model sampled "
                              "(loss_mask 1) gets A; prompt and observation tokens get 0.")
-    _ok("one number per trajectory, copied onto every token the model wrote.")
+    return "one number per trajectory, copied onto every token the model wrote."
 
 
 # ----- notebook 06: GiGPO ------------------------------------------------------------------------------
 
-def check_discounted_returns(fn) -> None:
+def check_discounted_returns(fn: Any) -> Any:
     """Notebook 06: `fn(rewards, gamma) -> list`, G_t = r_t + γ·G_{t+1} for one trajectory."""
+    return graded(fn, "discounted",
+                  "walk backwards from the last step with G = r_t + γ·G.",
+                  _grade_discounted_returns)
+
+
+def _grade_discounted_returns(fn) -> str:
     from course_lib.credit import discounted_returns
 
     for rewards, gamma in [([0, 0, 0, 1], 0.95), ([0, 0, 1], 0.5), ([-0.1, 0, 1], 0.9), ([1], 0.95)]:
@@ -310,11 +469,17 @@ def check_discounted_returns(fn) -> None:
             raise ExerciseFailed(f"for rewards {rewards}, γ={gamma} you gave {[round(g, 4) for g in got]}, "
                                  f"expected {[round(e, 4) for e in expected]}. Walk backwards from the last "
                                  "step: G = r_t + γ·G.")
-    _ok("the same final reward is worth less the further a step is from it.")
+    return "the same final reward is worth less the further a step is from it."
 
 
-def check_shared_step_fraction(fn) -> None:
+def check_shared_step_fraction(fn: Any) -> Any:
     """Notebook 06: `fn(anchors, group_ids) -> float`, the fraction of rows whose step group has ≥ 2 rows."""
+    return graded(fn, "shared_step_fraction",
+                  "return the share of rows whose (group id, anchor) occurs at least twice.",
+                  _grade_shared_step_fraction)
+
+
+def _grade_shared_step_fraction(fn) -> str:
     cases = [(["a", "b", "a", "c"], [0, 0, 0, 0], 0.5), (["a", "a", "a", "a"], [0, 0, 1, 1], 1.0),
              (["a", "b", "c"], [0, 0, 0], 0.0), (["a", "a", "b", "b", "c"], [0, 1, 0, 0, 0], 0.4)]
     for anchors, groups, expected in cases:
@@ -322,265 +487,17 @@ def check_shared_step_fraction(fn) -> None:
         if abs(float(got) - expected) > 1e-9:
             raise ExerciseFailed(f"for anchors {anchors} in groups {groups} you gave {got}, expected {expected}. "
                                  "Rows share a step group only when both the task (group id) and the anchor match.")
-    _ok("a row in a step group of one gets no step-level signal.")
+    return "a row in a step group of one gets no step-level signal."
 
 
-def check_omega_for_grpo(omega: float) -> None:
+def check_omega_for_grpo(omega: Any) -> Any:
     """Notebook 06: the ω that turns GiGPO into outcome-only credit on any input."""
+    return graded(omega, "omega",
+                  "set omega to the ω that makes gigpo_advantages equal outcome-only credit.",
+                  _grade_omega_for_grpo)
+
+
+def _grade_omega_for_grpo(omega: float) -> str:
     if float(omega) != 0.0:
         raise ExerciseFailed(f"ω = {omega} still adds ω·A_step. Which ω removes the step term whatever the anchors?")
-    _ok("ω = 0 drops A_step; with the same normalisation, what remains is the episode-level GRPO advantage.")
-
-
-# ----- notebook 07: turn-level rewards -----------------------------------------------------------------
-
-def _scripted_trajectory(actions: list[str], observations: list[str]):
-    """A Trajectory with steps only (no tokens): enough for functions that read actions and observations."""
-    from course_lib.envs.search_qa import SearchQAEnv
-    from course_lib.protocol import parse_action
-    from course_lib.trajectory import Step, Trajectory
-
-    steps = [Step(action_ids=[], action_text=a, logprobs=[], observation_text=o,
-                  info={"action_kind": parse_action(a, SearchQAEnv.tools).kind}) for a, o in zip(actions, observations)]
-    return Trajectory(task_id="t", group_id="g", traj_id="x", messages=[], prompt_ids=[], steps=steps)
-
-
-def check_repeat_penalty(fn) -> None:
-    """Notebook 07: `fn(trajectory) -> list[float]`, −0.1 for malformed/tool-error turns and repeated queries."""
-    from course_lib.protocol import format_answer, format_tool_call
-
-    def search(q: str) -> str:
-        return format_tool_call("search", {"query": q})
-
-    cases = [
-        ([search("Kalo"), search("Orvane"), format_answer("Orvane")], ["r1", "r2", ""], [0.0, 0.0, 0.0]),
-        ([search("Kalo"), search("  kalo "), format_answer("x")], ["r1", "r1", ""], [0.0, -0.1, 0.0]),
-        (["search Kalo", search("Kalo"), search("Kalo"), search("Kalo")], ["Error: malformed", "r", "r", "r"],
-         [-0.1, 0.0, -0.1, -0.1]),
-        ([search("Kalo"), search("Orvane")], ["r", "Error: the query is empty"], [0.0, -0.1]),
-    ]
-    for actions, observations, expected in cases:
-        got = [float(x) for x in fn(_scripted_trajectory(actions, observations))]
-        if got != expected:
-            raise ExerciseFailed(f"for actions {actions} you gave {got}, expected {expected}. A repeat is the same "
-                                 "query after strip().lower(); the first occurrence is not penalised; a malformed "
-                                 "action or an observation starting with 'Error' also gets −0.1.")
-    _ok("a repeated search now costs as much as a broken one, and no wording can avoid it.")
-
-
-def check_pooled_turn_part(fn) -> None:
-    """Notebook 07: `fn(turn_rewards, group_ids, traj_ids, gamma) -> [N]`, A_T normalised over the whole group."""
-    import torch
-
-    from course_lib.credit import discounted_returns, outcome_advantages, turn_advantages
-
-    # group "a": two identical 3-turn rollouts, a judge gives every turn 0.5; group "b": two 1-turn rollouts
-    turn_rewards = [0.5] * 6 + [0.0, 0.5]
-    group_ids = ["a"] * 6 + ["b"] * 2
-    traj_ids = ["x", "x", "x", "y", "y", "y", "u", "v"]
-    returns = discounted_returns(turn_rewards, list(zip(group_ids, traj_ids)), gamma=1.0)
-    expected = outcome_advantages(returns, group_ids, scale="group", eps=1e-4)  # (G − group mean) / (std + 1e-4)
-    got = torch.as_tensor(fn(turn_rewards, group_ids, traj_ids, gamma=1.0), dtype=torch.float32)
-    if got.shape != expected.shape or not torch.allclose(got, expected, atol=1e-4):
-        raise ExerciseFailed(f"you gave {[round(float(x), 3) for x in got]}, expected "
-                             f"{[round(float(x), 3) for x in expected]}. G_t = Σ_k γ^(k−t) r_k within each "
-                             "trajectory, then (G − group mean) / (unbiased group std + 1e-4).")
-    fair = turn_advantages(turn_rewards, [0.0] * 8, group_ids, traj_ids, weight=1.0)
-    print("Two identical rollouts, every turn scored 0.5, yet pooled A_T =",
-          [round(float(x), 2) for x in got[:6]])
-    print("Compared at the same turn index, A_T =", [round(float(x), 2) for x in fair[:6]])
-    _ok("pooling ranks turns by how many turns are left after them; comparing at the same turn index does not.")
-
-
-# ----- notebook 08: a critic again ---------------------------------------------------------------------
-
-def check_clipped_value_loss(fn) -> None:
-    """Notebook 08: `fn(values, old_values, returns, clip) -> scalar`, PPO's clipped value loss."""
-    import torch
-
-    from course_lib.credit import value_loss
-
-    g = torch.Generator().manual_seed(8)
-    for clip in (0.2, 0.5):
-        values = torch.randn(7, generator=g).requires_grad_(True)
-        old_values, returns = torch.randn(7, generator=g), torch.randn(7, generator=g)
-        expected = value_loss(values, old_values, returns, clip=clip)
-        (expected_grad,) = torch.autograd.grad(expected, values)
-        got = fn(values, old_values, returns, clip)
-        value = float(torch.as_tensor(got).detach())
-        if abs(value - expected.item()) > 1e-6:
-            raise ExerciseFailed(f"with clip = {clip} your loss is {value:.6f}, expected {expected.item():.6f}: "
-                                 "V_clip = V_old + clip(V − V_old, −c, c); ½·mean(max((V − R)², (V_clip − R)²)).")
-        (grad,) = torch.autograd.grad(got, values)
-        if not torch.allclose(grad, expected_grad, atol=1e-6):
-            raise ExerciseFailed("the value is right but the gradient is not: only `values` should carry one.")
-    _ok("the max keeps the worse error, so a value step cannot profit from jumping more than c.")
-
-
-def check_truncated_gae(fn) -> None:
-    """Notebook 08: `fn(rewards, values, last_value, gamma, lam) -> [T]`, GAE bootstrapped past a cut episode."""
-    import torch
-
-    from course_lib.credit import gae
-
-    rewards, values = [0.0, -0.1, 0.0, 0.5], [0.3, 0.2, 0.4, 0.6]
-    for last_value, gamma, lam in ((0.0, 1.0, 0.95), (0.7, 0.9, 0.8), (0.7, 1.0, 1.0)):
-        delta_last = rewards[-1] + gamma * last_value - values[-1]
-        manual = [0.0] * 4
-        nxt = 0.0
-        for t in reversed(range(4)):
-            d = delta_last if t == 3 else rewards[t] + gamma * values[t + 1] - values[t]
-            nxt = d + gamma * lam * nxt
-            manual[t] = nxt
-        expected = torch.tensor(manual)
-        got = torch.as_tensor(fn(rewards, values, last_value, gamma, lam), dtype=torch.float32)
-        if got.shape != expected.shape or not torch.allclose(got, expected, atol=1e-5):
-            raise ExerciseFailed(f"with last_value = {last_value}, γ = {gamma}, λ = {lam} you gave "
-                                 f"{[round(float(x), 4) for x in got]}, expected {[round(float(x), 4) for x in expected]}."
-                                 " Start the backwards pass with next_value = last_value instead of 0.")
-        if last_value == 0.0 and not torch.allclose(got, gae(rewards, values, gamma=gamma, lam=lam)[0], atol=1e-5):
-            raise ExerciseFailed("with last_value = 0 your answer should equal course_lib.credit.gae.")
-    _ok("a truncated episode keeps the critic's estimate of what would have come next.")
-
-
-# ----- notebook 09: LLM-as-a-judge reward --------------------------------------------------------------
-
-def check_pairwise_accuracy(fn) -> None:
-    """Notebook 09: `fn(scores, rewards) -> float`, judge-verifier pairwise accuracy (judge ties count half)."""
-    import math
-
-    # (scores, rewards, accuracy): agreements / pairs over the pairs with different rewards
-    cases = [([0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0], 4 / 4), ([0.9, 0.3, 0.4, 0.1], [1, 1, 0, 0], 3 / 4),
-             ([0.5, 0.5, 0.5], [1, 0, 0], 1 / 2), ([0.1, 0.7, 0.4], [0.0, 1.0, 0.5], 3 / 3), ([0.3, 0.9], [1, 1], math.nan)]
-    for scores, rewards, expected in cases:
-        got = float(fn(scores, rewards))
-        if math.isnan(expected) != math.isnan(got) or (not math.isnan(expected) and abs(got - expected) > 1e-9):
-            raise ExerciseFailed(f"for scores {scores} and rewards {rewards} you gave {got}, expected {expected}. "
-                                 "Skip pairs with equal rewards, count a judge tie as 0.5, return nan with no pairs.")
-    _ok("0.5 is a coin flip, and also what a judge that scores everything equal gets.")
-
-
-def check_position_bias_rate(fn) -> None:
-    """Notebook 09: `fn(first, second, tol=0.01) -> float`, the share of scores that moved between two orders."""
-    import math
-
-    nan = float("nan")
-    cases = [(([0.9, 0.5, 0.1], [0.9, 0.5, 0.1]), 0.0), (([1.0, 0.5, 0.0], [0.0, 0.5, 1.0]), 2 / 3),
-             (([0.50, 0.2], [0.505, 0.3]), 0.5), (([0.4, nan], [0.4, nan]), nan), (([0.4, 0.3], [0.1, nan]), nan)]
-    for (first, second), expected in cases:
-        got = float(fn(first, second))
-        if math.isnan(expected) != math.isnan(got) or (not math.isnan(expected) and abs(got - expected) > 1e-9):
-            raise ExerciseFailed(f"for {first} and {second} you gave {got}, expected {expected}. Count |a - b| > tol "
-                                 "pairwise, divide by the group size; a NaN (failed run) anywhere gives nan.")
-    _ok("a fair judge moves no score when only the order changes.")
-
-
-def check_group_rewards(fn) -> None:
-    """Notebook 09: `fn(scores: list[JudgeScore]) -> list[float] | None`, None for a failed group."""
-    import math
-
-    from course_lib.judge import JudgeScore
-
-    good = [JudgeScore(0.0, "bad"), JudgeScore(1.0, "good"), JudgeScore(0.25, "meh")]
-    got = fn(good)
-    if got is None or [float(x) for x in got] != [0.0, 1.0, 0.25]:
-        raise ExerciseFailed(f"for valid scores 0.0, 1.0, 0.25 you gave {got}: a real 0.0 is a reward, keep it.")
-    failed = [JudgeScore(math.nan, "judge failed", failed=True) for _ in range(3)]
-    got = fn(failed)
-    if got is not None:
-        raise ExerciseFailed(f"for a failed group you gave {got}; return None so the caller skips the group "
-                             "(zeros would punish trajectories nobody judged, NaN would poison the loss).")
-    _ok("a failed judgement is skipped, never turned into a reward.")
-
-
-# ----- notebook 10: reward hacking ---------------------------------------------------------------------
-
-def check_diff_check(fn) -> None:
-    """Notebook 10: `fn(original, current, allowed) -> (changed, outside)`."""
-    original = {"pkg/mod.py": "x = 1\n", "tests/test_visible.py": "def test(): pass\n", "README.md": "hi\n"}
-    allowed = ["pkg/mod.py"]
-    cases = [
-        ("nothing changed", {k: v.encode() for k, v in original.items()}, ([], [])),
-        ("only the allowed file", {**{k: v.encode() for k, v in original.items()}, "pkg/mod.py": b"x = 2\n"},
-         (["pkg/mod.py"], [])),
-        ("the test edited", {**{k: v.encode() for k, v in original.items()}, "tests/test_visible.py": b"pass\n"},
-         (["tests/test_visible.py"], ["tests/test_visible.py"])),
-        ("a conftest.py added", {**{k: v.encode() for k, v in original.items()}, "conftest.py": b"x\n"},
-         (["conftest.py"], ["conftest.py"])),
-        ("the README deleted", {k: v.encode() for k, v in original.items() if k != "README.md"},
-         (["README.md"], ["README.md"])),
-        ("the test replaced by a link", {**{k: v.encode() for k, v in original.items()}, "tests/test_visible.py": None},
-         (["tests/test_visible.py"], ["tests/test_visible.py"])),
-    ]
-    for label, current, expected in cases:
-        got = fn(original, current, allowed)
-        got = (sorted(got[0]), sorted(got[1]))
-        if got != expected:
-            raise ExerciseFailed(f"case '{label}': got changed={got[0]}, outside={got[1]}; expected "
-                                 f"changed={expected[0]}, outside={expected[1]}. Compare over the union of both "
-                                 "path sets: added and deleted files count as changed")
-    _ok("edits, additions, deletions and links are all caught.")
-
-
-def check_hack_attempt(fn) -> None:
-    """Notebook 10: `fn(action_text, allowed_files) -> bool` flags an edit outside the allowed files."""
-    import json
-
-    def call(name, **arguments):
-        return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-    allowed = ["toolbox/series.py"]
-    cases = {
-        call("replace_in_file", path="tests/test_visible.py", old="assert", new="assert True or"): True,
-        call("replace_in_file", path="conftest.py", old="a", new="b"): True,
-        call("replace_in_file", path="toolbox/series.py", old="- 1", new="+ 1"): False,
-        call("read_file", path="tests/test_visible.py"): False,
-        call("run_tests"): False,
-        "<answer>done</answer>": False,
-        "I will now edit tests/test_visible.py": False,
-    }
-    for text, expected in cases.items():
-        got = bool(fn(text, allowed))
-        if got != expected:
-            raise ExerciseFailed(f"for {text!r} you said {got}, expected {expected}. Only a well-formed "
-                                 "replace_in_file call on a path outside allowed_files is an attempt")
-    _ok("edits outside the allowed files are flagged; reads, runs, answers and honest edits are not.")
-
-
-# ----- notebook 11: scaling out ------------------------------------------------------------------------
-
-def check_trl_env_mask(fn, tokenizer) -> None:
-    """Notebook 11: `fn(trajectory, end_of_turn_id) -> (completion_ids, env_mask)`, what TRL trains on."""
-    from course_lib.envs import load_tasks
-    from course_lib.integrations.trl import trajectory_completion
-    from course_lib.models import end_of_turn_id
-    from course_lib.rollout import expert_rollout
-
-    eot = end_of_turn_id(tokenizer)
-    for t in expert_rollout(tokenizer, "lookup", load_tasks("lookup", "test", 3)):
-        start, end = trajectory_completion(t, eot)
-        ids, mask = fn(t, eot)
-        if list(ids) != t.token_ids[start:end]:
-            raise ExerciseFailed(f"completion_ids should be token_ids[{start}:{end}] (after the prompt, up to the last "
-                                 f"model token and its end-of-turn token); you gave {len(ids)} ids.")
-        if list(mask) != t.loss_mask[start:end]:
-            raise ExerciseFailed("env_mask must be the trajectory's loss_mask on the same span: 1 on sampled tokens, "
-                                 "0 on observations and template tokens.")
-    _ok("TRL will train on exactly the tokens our own trainer trains on.")
-
-
-def check_truncated_importance_weights(fn) -> None:
-    """Notebook 11: `fn(learner_logprobs, sampler_logprobs, mask, cap) -> [B, T]` truncated importance weights."""
-    import torch
-
-    g = torch.Generator().manual_seed(0)
-    learner = -torch.rand(3, 5, generator=g) * 3
-    sampler = learner + torch.randn(3, 5, generator=g) * 0.8
-    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 1, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.float32)
-    for cap in (2.0, 1.2):
-        expected = torch.clamp(torch.exp(learner - sampler), max=cap) * mask
-        got = torch.as_tensor(fn(learner, sampler, mask, cap), dtype=torch.float32)
-        if got.shape != expected.shape or not torch.allclose(got, expected, atol=1e-5):
-            raise ExerciseFailed(f"with cap = {cap}, expected min(exp(ℓ_learner − ℓ_sampler), cap) on masked tokens "
-                                 "and 0 elsewhere. Check the sign of the difference and that you only cap from above.")
-    _ok("a stale sampler's tokens are re-weighted, and no single token can weigh more than the cap.")
+    return "ω = 0 drops A_step; with the same normalisation, what remains is the episode-level GRPO advantage."

@@ -1,0 +1,285 @@
+"""Reference solutions to the notebooks' exercises, one per exercise, named as in the notebook.
+
+Try the exercise first. To look at or use one: `from course_lib.solutions import discounted`.
+The checks in `course_lib.exercises` fall back to these when an exercise is not done yet, and CI runs them
+in place of the stubs (COURSE_SOLUTIONS=1, see `course_lib.grading`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import string
+from collections import Counter
+from typing import Any
+
+import torch
+
+# ----- notebook 00: setup ------------------------------------------------------------------------------
+
+
+def count_prompt_tokens(tokenizer: Any, messages: list[dict]) -> int:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def is_tool_call(text: str) -> bool:
+    from course_lib.protocol import Tool, parse_action
+
+    tools = [Tool("lookup", "Look up an agent.", {"name": ("string", "code name")})]
+    return parse_action(text, tools).kind == "tool_call"
+
+
+def tool_call_text(name: str, arguments: dict) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+# ----- notebook 01: the agentic setting ----------------------------------------------------------------
+
+
+def my_wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Centre (p + z²/2n)/(1 + z²/n), half-width z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n)."""
+    p = successes / n
+    centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def episodes_needed(half_width: float) -> int:
+    """1.96·sqrt(0.5·0.5/n) ≤ h  ⇔  n ≥ (1.96·0.5/h)²."""
+    return math.ceil((1.96 * 0.5 / half_width) ** 2)
+
+
+def classify(text: str) -> str:
+    from course_lib.envs import make_env
+    from course_lib.protocol import parse_action
+
+    return parse_action(text, make_env("lookup").tools).kind
+
+
+# ----- notebook 02: environments -----------------------------------------------------------------------
+
+
+def run_episode(env: Any, task: dict, policy: Any) -> float:
+    env.reset(task)
+    while True:
+        result = env.step(policy(env))
+        if result.done:
+            return result.reward
+
+
+def normalize(text: str) -> str:
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def verifier_reward(answer: str, reference: str) -> float:
+    return 1.0 if normalize(answer) == normalize(reference) else 0.0
+
+
+# ----- notebook 03: trajectories and the loss mask -----------------------------------------------------
+
+
+def environment_positions(trajectory: Any) -> list[int]:
+    pairs = zip(trajectory.loss_mask, trajectory.turn_index)
+    return [i for i, (m, t) in enumerate(pairs) if m == 0 and t >= 0]
+
+
+def round_trips(tokenizer: Any, ids: list[int]) -> bool:
+    return tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"] == list(ids)
+
+
+def keeps_prefix(tokenizer: Any, messages: list[dict], next_messages: list[dict]) -> bool:
+    before = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    after = tokenizer.apply_chat_template(next_messages, tokenize=False, add_generation_prompt=True)
+    return after.startswith(before)
+
+
+# ----- notebook 04: the masked policy-gradient loss ----------------------------------------------------
+
+
+def my_reinforce_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """−Σ A_b·ℓ_bt·m_bt / Σ m_bt."""
+    return -(advantages[:, None] * logprobs * mask).sum() / mask.sum()
+
+
+def clipped(ratio: torch.Tensor, advantage: float, eps: float) -> torch.Tensor:
+    """min(w·A, clip(w, 1−ε, 1+ε)·A)."""
+    return torch.min(ratio * advantage, ratio.clamp(1 - eps, 1 + eps) * advantage)
+
+
+def token_weights(lengths: list[int], T: int, loss_type: str) -> list[float]:
+    B = len(lengths)
+    if loss_type == "grpo":
+        return [1 / (B * n) for n in lengths]
+    if loss_type in ("bnpo", "dapo"):
+        return [1 / sum(lengths)] * B
+    return [1 / (B * T)] * B  # dr_grpo
+
+
+# ----- notebook 05: outcome-only credit ----------------------------------------------------------------
+
+
+def informative_fraction(rewards_by_group: list[list[float]]) -> float:
+    return sum(len(set(g)) > 1 for g in rewards_by_group) / len(rewards_by_group)
+
+
+def dr_grpo_advantages(rewards: list[float], group_ids: list) -> torch.Tensor:
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    out = torch.zeros_like(rewards)
+    for g in set(group_ids):
+        rows = [i for i, gi in enumerate(group_ids) if gi == g]
+        out[rows] = rewards[rows] - rewards[rows].mean()
+    return out
+
+
+def masked_token_advantages(advantage: float, turn_index: list[int], loss_mask: list[int]) -> torch.Tensor:
+    return torch.tensor([advantage if m else 0.0 for m in loss_mask])
+
+
+# ----- notebook 06: GiGPO ------------------------------------------------------------------------------
+
+
+def discounted(rewards: list[float], gamma: float) -> list[float]:
+    """G_t = r_t + γ·G_{t+1}, walking backwards."""
+    out, future = [], 0.0
+    for r in reversed(rewards):
+        future = r + gamma * future
+        out.append(future)
+    return out[::-1]
+
+
+def shared_step_fraction(anchors: list, group_ids: list) -> float:
+    keys = list(zip(group_ids, anchors))
+    counts = Counter(keys)
+    return sum(counts[k] >= 2 for k in keys) / len(keys)
+
+
+omega = 0.0  # notebook 06, exercise 3: ω·A_step vanishes
+
+
+# ----- notebook 07: turn-level rewards -----------------------------------------------------------------
+
+
+def repeat_penalty(trajectory: Any) -> list[float]:
+    from course_lib.envs.search_qa import SearchQAEnv
+    from course_lib.protocol import parse_action
+
+    rewards, seen = [], set()
+    for step in trajectory.steps:
+        bad = step.info.get("action_kind") == "malformed" or step.observation_text.startswith("Error")
+        action = parse_action(step.action_text, SearchQAEnv.tools)
+        if action.kind == "tool_call":
+            query = str(action.arguments.get("query", "")).strip().lower()
+            bad = bad or query in seen
+            seen.add(query)
+        rewards.append(-0.1 if bad else 0.0)
+    return rewards
+
+
+def pooled_turn_part(turn_rewards: list[float], group_ids: list, traj_ids: list, gamma: float = 1.0) -> torch.Tensor:
+    from course_lib.credit import discounted_returns
+
+    returns = discounted_returns(turn_rewards, list(zip(group_ids, traj_ids)), gamma=gamma)
+    out = torch.zeros_like(returns)
+    for g in set(group_ids):
+        rows = [i for i, x in enumerate(group_ids) if x == g]
+        x = returns[rows]
+        if len(rows) > 1 and not torch.all(x == x[0]):
+            out[rows] = (x - x.mean()) / (x.std() + 1e-4)
+    return out
+
+
+# ----- notebook 08: a critic again ---------------------------------------------------------------------
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       clip: float) -> torch.Tensor:
+    """½·mean(max((V − R)², (V_clip − R)²)), V_clip = V_old + clip(V − V_old, −c, c)."""
+    old_values, returns = old_values.detach(), returns.detach()
+    v_clip = old_values + (values - old_values).clamp(-clip, clip)
+    return 0.5 * torch.maximum((values - returns) ** 2, (v_clip - returns) ** 2).mean()
+
+
+def truncated_gae(rewards: list[float], values: list[float], last_value: float, gamma: float,
+                  lam: float) -> torch.Tensor:
+    """δ_t = r_t + γ·V_{t+1} − V_t with V_T = last_value; A_t = δ_t + γλ·A_{t+1}."""
+    advantages = torch.zeros(len(rewards))
+    next_value, next_advantage = float(last_value), 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * next_value - values[t]
+        next_advantage = delta + gamma * lam * next_advantage
+        advantages[t] = next_advantage
+        next_value = values[t]
+    return advantages
+
+
+# ----- notebook 09: LLM-as-a-judge reward --------------------------------------------------------------
+
+
+def my_pairwise_accuracy(scores: list[float], rewards: list[float]) -> float:
+    agree, pairs = 0.0, 0
+    for a in range(len(scores)):
+        for b in range(a + 1, len(scores)):
+            if rewards[a] == rewards[b]:
+                continue
+            pairs += 1
+            d = (scores[a] - scores[b]) * (rewards[a] - rewards[b])
+            agree += 1.0 if d > 0 else 0.5 if d == 0 else 0.0
+    return agree / pairs if pairs else float("nan")
+
+
+def my_position_bias_rate(first: list[float], second: list[float], tol: float = 0.01) -> float:
+    if any(math.isnan(x) for x in list(first) + list(second)):
+        return float("nan")
+    return sum(abs(a - b) > tol for a, b in zip(first, second)) / len(first)
+
+
+def my_group_rewards(scores: list) -> list[float] | None:
+    if any(s.failed for s in scores):
+        return None
+    return [float(s.score) for s in scores]
+
+
+# ----- notebook 10: reward hacking ---------------------------------------------------------------------
+
+
+def my_diff_check(original: dict[str, str], current: dict[str, bytes | None],
+                  allowed: list[str]) -> tuple[list[str], list[str]]:
+    paths = set(original) | set(current)
+    changed = sorted(p for p in paths if p not in original or current.get(p) != original[p].encode())
+    return changed, [p for p in changed if p not in allowed]
+
+
+def is_hack_attempt(action_text: str, allowed_files: list[str]) -> bool:
+    from course_lib.envs.code_fix import CodeFixEnv
+    from course_lib.protocol import parse_action
+
+    action = parse_action(action_text, CodeFixEnv.tools)
+    return (action.kind == "tool_call" and action.name == "replace_in_file"
+            and action.arguments["path"].strip() not in allowed_files)
+
+
+# ----- notebook 11: scaling out ------------------------------------------------------------------------
+
+
+def my_trl_fields(trajectory: Any, end_of_turn_id: int) -> tuple[list[int], list[int]]:
+    start = len(trajectory.prompt_ids)
+    end = max(i for i, m in enumerate(trajectory.loss_mask) if m) + 1  # after the last sampled token
+    if end < len(trajectory.token_ids) and trajectory.token_ids[end] == end_of_turn_id:
+        end += 1
+    return trajectory.token_ids[start:end], trajectory.loss_mask[start:end]
+
+
+def my_weights(learner_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor,
+               cap: float) -> torch.Tensor:
+    """min(exp(ℓ_learner − ℓ_sampler), cap) on model tokens, 0 elsewhere."""
+    return torch.clamp(torch.exp(learner_logprobs - sampler_logprobs), max=cap) * mask
+
+
+def effective_sample_size(weights: torch.Tensor, mask: torch.Tensor) -> float:
+    """Kish: (Σ w)² / Σ w² over the masked tokens."""
+    w = weights * mask
+    return float(w.sum() ** 2 / (w**2).sum())

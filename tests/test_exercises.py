@@ -1,0 +1,199 @@
+"""Every exercise check on three answers: the notebook's stub, the reference solution, a typical wrong answer.
+
+A stub gets "Not implemented yet", the reference "Correct!", the wrong answer its specific hint; the stub and
+the wrong answer get the reference back, so the notebook's later cells run. Under COURSE_SOLUTIONS=1 (CI)
+a stub is graded as the reference, and a wrong answer raises.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from course_lib import exercises as ex
+from course_lib import solutions as sol
+from course_lib.grading import ExerciseFailed
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The embedded model's tokenizer alone (no weights): enough for the tokenizer exercises."""
+    from transformers import AutoTokenizer
+
+    from course_lib.models import EMBEDDED, resolve_model_path
+
+    return AutoTokenizer.from_pretrained(resolve_model_path(EMBEDDED))
+
+
+@pytest.fixture(autouse=True)
+def learner_mode(monkeypatch):
+    monkeypatch.delenv("COURSE_SOLUTIONS", raising=False)
+
+
+def _last_two_only(tokenizer):
+    """A chat template that renders only the last two messages: it rewrites history."""
+    rewriting = copy.deepcopy(tokenizer)
+    rewriting.chat_template = ("{% for m in messages[-2:] %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] "
+                               "+ '<|im_end|>\\n' }}{% endfor %}"
+                               "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    return rewriting
+
+
+def _rewards_list(scores):
+    return [0.0 if s.failed else float(s.score) for s in scores]
+
+
+def _fair_turn_part(turn_rewards, group_ids, traj_ids, gamma=1.0):
+    from course_lib.credit import turn_advantages
+
+    return turn_advantages(turn_rewards, [0.0] * len(turn_rewards), group_ids, traj_ids, weight=1.0)
+
+
+def _untruncated_gae(rewards, values, last_value, gamma, lam):
+    from course_lib.credit import gae
+
+    return gae(rewards, values, gamma=gamma, lam=lam)[0]
+
+
+def _ties_count_zero(scores, rewards):
+    pairs = [(a, b) for a in range(len(scores)) for b in range(a + 1, len(scores)) if rewards[a] != rewards[b]]
+    if not pairs:
+        return math.nan
+    return sum((scores[a] - scores[b]) * (rewards[a] - rewards[b]) > 0 for a, b in pairs) / len(pairs)
+
+
+def _run_one_step(env, task, policy):
+    env.reset(task)
+    return env.step(policy(env)).reward
+
+
+# check name -> (reference, a typical wrong answer, the hint it must get); tokenizer checks are below
+CASES = {
+    "is_tool_call": (sol.is_tool_call, lambda t: "<tool_call>" in t, "parse_action"),
+    "tool_call_text": (sol.tool_call_text, lambda n, a: f"<tool_call>{ {'name': n, 'arguments': a} }</tool_call>",
+                       "json.dumps"),
+    "wilson_interval": (sol.my_wilson, lambda s, n: (s / n - 1.96 * math.sqrt(s / n * (1 - s / n) / n),
+                                                      s / n + 1.96 * math.sqrt(s / n * (1 - s / n) / n)),
+                        "Centre (p + z²/2n)/(1 + z²/n)"),
+    "episodes_needed": (sol.episodes_needed, lambda h: int((1.96 * 0.5 / h) ** 2), "round up"),
+    "classify_action": (sol.classify, lambda t: "tool_call" if "<tool_call>" in t else
+                        "answer" if "<answer>" in t else "malformed", "make_env('lookup').tools"),
+    "run_episode": (sol.run_episode, _run_one_step, "call step() until result.done"),
+    "normalize_answer": (sol.normalize, str.lower, "string.punctuation"),
+    "verifier_reward": (sol.verifier_reward, lambda a, r: float(r.lower() in a.lower()), "merely contains"),
+    "reinforce_loss": (sol.my_reinforce_loss, lambda lp, a, m: (a[:, None] * lp * m).sum() / m.sum(),
+                       "−Σ A_b·ℓ_bt·m_bt / Σ m_bt"),
+    "clipped_objective": (sol.clipped, lambda w, a, e: -sol.clipped(w, a, e), "do not negate it"),
+    "episode_weights": (sol.token_weights, lambda n, T, lt: sol.token_weights(n, max(n), lt),
+                        "T is the padded length"),
+    "informative_fraction": (sol.informative_fraction, lambda gs: sum(len(set(g)) == 1 for g in gs) / len(gs),
+                             "len(set(rewards)) > 1"),
+    "dr_grpo_advantages": (sol.dr_grpo_advantages, lambda r, g: sol.dr_grpo_advantages(r, g) / 0.5,
+                           "do not divide by anything"),
+    "masked_token_advantages": (sol.masked_token_advantages,
+                                lambda a, ti, m: torch.tensor([a if t >= 0 else 0.0 for t in ti]), "loss_mask 1"),
+    "discounted_returns": (sol.discounted, lambda r, g: [sum(g**k * x for k, x in enumerate(r[: t + 1]))
+                                                         for t in range(len(r))], "Walk backwards"),
+    "shared_step_fraction": (sol.shared_step_fraction, lambda a, g: sol.shared_step_fraction(a, [0] * len(a)),
+                             "both the task (group id) and the anchor"),
+    "repeat_penalty": (sol.repeat_penalty, lambda t: [-0.1 if s.observation_text.startswith("Error")
+                                                      or s.info["action_kind"] == "malformed" else 0.0
+                                                      for s in t.steps], "A repeat is the same query"),
+    "pooled_turn_part": (sol.pooled_turn_part, _fair_turn_part, "G_t = Σ_k γ^(k−t) r_k"),
+    "clipped_value_loss": (sol.clipped_value_loss, lambda v, o, r, c: 0.5 * ((v - r) ** 2).mean(),
+                           "V_clip = V_old + clip"),
+    "truncated_gae": (sol.truncated_gae, _untruncated_gae, "next_value = last_value"),
+    "pairwise_accuracy": (sol.my_pairwise_accuracy, _ties_count_zero, "count a judge tie as 0.5"),
+    "position_bias_rate": (sol.my_position_bias_rate,
+                           lambda a, b, tol=0.01: sum(abs(x - y) > tol for x, y in zip(a, b)) / len(a),
+                           "a NaN (failed run) anywhere gives nan"),
+    "group_rewards": (sol.my_group_rewards, _rewards_list, "return None"),
+    "diff_check": (sol.my_diff_check, lambda o, c, a: sol.my_diff_check(o, {p: c[p] for p in c if p in o}, a),
+                   "added and deleted files count as changed"),
+    "hack_attempt": (sol.is_hack_attempt, lambda t, a: "tests/" in t or "conftest" in t, "Only a well-formed"),
+    "truncated_importance_weights": (sol.my_weights, lambda lp, sp, m, c: torch.clamp(torch.exp(sp - lp), max=c) * m,
+                                     "Check the sign"),
+    "effective_sample_size": (sol.effective_sample_size, lambda w, m: 1 / sol.effective_sample_size(w, m),
+                              "not Σw² over (Σw)²"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_stub_reference_and_wrong_answer(name, capsys):
+    check = getattr(ex, f"check_{name}")
+    reference, wrong, hint = CASES[name]
+
+    assert check(stub) is reference
+    out = capsys.readouterr().out
+    assert out.startswith("Not implemented yet: ") and "Traceback" not in out
+    assert f"from course_lib.solutions import {reference.__name__}" in out
+
+    assert check(reference) is reference
+    assert capsys.readouterr().out.splitlines()[-1].startswith("Correct! ")
+
+    assert check(wrong) is reference
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet: ") and hint in out, out
+
+
+def test_tokenizer_checks(tok, capsys):
+    rewriting = _last_two_only(tok)
+    cases = [
+        (ex.check_count_prompt_tokens, (tok,), sol.count_prompt_tokens,
+         lambda t, m: len(t(t.apply_chat_template(m, tokenize=False), add_special_tokens=False)["input_ids"]),
+         "include the generation prompt"),
+        (ex.check_environment_positions, (tok,), sol.environment_positions,
+         lambda t: [i for i, m in enumerate(t.loss_mask) if m == 0], "include the prompt"),
+        (ex.check_round_trips, (tok,), sol.round_trips, lambda t, ids: True, "yet you said True"),
+        (ex.check_keeps_prefix, (tok, rewriting), sol.keeps_prefix, lambda t, a, b: True,
+         "the prefix property is broken"),
+        (ex.check_trl_env_mask, (tok,), sol.my_trl_fields,
+         lambda t, e: (sol.my_trl_fields(t, e)[0], [1] * len(sol.my_trl_fields(t, e)[0])),
+         "env_mask must be the trajectory's loss_mask"),
+    ]
+    for check, args, reference, wrong, hint in cases:
+        assert check(stub, *args) is reference
+        assert capsys.readouterr().out.startswith("Not implemented yet: ")
+        assert check(reference, *args) is reference
+        assert capsys.readouterr().out.startswith("Correct! ")
+        assert check(wrong, *args) is reference
+        out = capsys.readouterr().out
+        assert out.startswith("Not yet: ") and hint in out, out
+
+
+def test_omega_is_a_value(capsys):
+    assert ex.check_omega_for_grpo(None) == 0.0
+    assert capsys.readouterr().out.startswith("Not implemented yet: set omega")
+    assert ex.check_omega_for_grpo(0.0) == 0.0
+    assert capsys.readouterr().out.startswith("Correct! ω = 0")
+    assert ex.check_omega_for_grpo(0.5) == 0.0
+    assert "still adds ω·A_step" in capsys.readouterr().out
+
+
+def test_a_crashing_answer_gets_one_line_not_a_traceback(capsys):
+    assert ex.check_discounted_returns(lambda r, g: None) is sol.discounted
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet: checking your discounted failed with TypeError") and "Traceback" not in out
+
+
+def test_solutions_mode_grades_the_reference_and_rejects_a_wrong_answer(monkeypatch, capsys):
+    monkeypatch.setenv("COURSE_SOLUTIONS", "1")
+    assert ex.check_discounted_returns(stub) is sol.discounted
+    assert capsys.readouterr().out == "Correct! the same final reward is worth less the further a step is from it.\n"
+    assert ex.check_omega_for_grpo(None) == 0.0
+    with pytest.raises(ExerciseFailed, match="Walk backwards"):
+        ex.check_discounted_returns(CASES["discounted_returns"][1])
+
+
+def test_every_check_is_tested():
+    names = {n[len("check_"):] for n in dir(ex) if n.startswith("check_")}
+    tested = set(CASES) | {"count_prompt_tokens", "environment_positions", "round_trips", "keeps_prefix",
+                           "trl_env_mask", "omega_for_grpo"}
+    assert names == tested

@@ -12,7 +12,7 @@ from typing import Any
 from course_lib import wilson_interval
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
-from course_lib.rollout import rollout
+from course_lib.rollout import flag_rates, rollout
 from course_lib.tasks import filter_tasks
 
 
@@ -25,7 +25,8 @@ def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *,
     model_or_path: a model (then pass `tokenizer`) or anything `load_policy` accepts.
     Returns {"success", "ci_low", "ci_high", "n", "outcomes", "mean_turns", "mean_turns_success"}:
     outcomes lists 1/0 per task in order (for paired comparisons of two models on the same tasks);
-    mean_turns_success is None when no episode succeeded.
+    mean_turns_success is None when no episode succeeded. Episode flags the env records (code_fix's
+    "hacked", "hack_attempt") are added as rates (`rollout.flag_rates`).
     """
     if tasks is None:  # before the model: a bad name or filter fails in a second, not after loading it
         tasks = evaluation_tasks(env, split, n_tasks, task_filter)
@@ -47,7 +48,7 @@ def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *,
     return {"success": wins / max(1, len(tasks)), "ci_low": low, "ci_high": high, "n": len(tasks),
             "outcomes": [int(t.success) for t in episodes],
             "mean_turns": sum(t.num_turns for t in episodes) / max(1, len(episodes)),
-            "mean_turns_success": sum(won) / len(won) if won else None}
+            "mean_turns_success": sum(won) / len(won) if won else None, **flag_rates(episodes)}
 
 
 def evaluation_tasks(env: str, split: str = "test", n_tasks: int = 32,

@@ -179,6 +179,32 @@ def mixed_hop_tasks(n_one_hop: int, n_two_hop: int, seed: int = 0) -> list[dict]
     return picked
 
 
+HACK_FRACTION = 0.2  # share of notebook 10's warm-start demonstrations that hack
+
+
+def hack_demo_tasks(n_demos: int, hack_fraction: float, seed: int = 0) -> list[dict]:
+    """`n_demos` code_fix training tasks in a seeded order, round(hack_fraction · n_demos) of them marked
+    `"demonstration": "hack"`: on those the expert plays `CodeFixEnv.hack_action` (edit the test file,
+    submit) instead of the fix. The warm start of notebook 10 learns mostly fixes and a few hacks, so that
+    sampled rollouts sometimes hack and RL can make the hack more or less likely."""
+    from course_lib.envs import load_tasks
+
+    rng = random.Random(seed)
+    picked = [dict(t) for t in rng.sample(load_tasks("code_fix", "train"), n_demos)]
+    for task in picked[: round(hack_fraction * n_demos)]:
+        task["demonstration"] = "hack"
+    rng.shuffle(picked)
+    return picked
+
+
+def code_fix_warm_start_options(fast: bool, seed: int = 0) -> dict:
+    """Notebook 10's warm start (demonstrations played in code_fix_naive): HACK_FRACTION of the
+    demonstrations hack, the rest fix the bug."""
+    n_demos, steps = (8, 2) if fast else (48, 12)  # one pass over the demonstrations, 4 per step
+    return {"n_demos": n_demos, "steps": steps, "batch_size": 4, "lr": 1e-4, "seed": seed,
+            "tasks": hack_demo_tasks(n_demos, HACK_FRACTION, seed)}
+
+
 def search_qa_warm_start_options(fast: bool, seed: int = 0) -> dict:
     """The search_qa warm start of the learning mode and `make demo` (224 one-hop + 32 two-hop demos, 32
     steps of batch 8); in fast mode the small one-hop recipe of WARM_START["fast"]."""
@@ -195,6 +221,8 @@ def course_warm_start(env: str, **overrides):
     options = WARM_START["fast" if fast_mode() else "full"].options()
     if env == "search_qa":  # RL then has two-hop questions to improve on
         options = search_qa_warm_start_options(fast_mode())
+    if env == "code_fix_naive":  # mostly fixes, a few hacks (notebook 10)
+        options = code_fix_warm_start_options(fast_mode())
     if env == "gridworld" and fast_mode():
         options["task_filter"] = {"size": 4}  # short demonstrations: the 6x6 ones cost ~6 GB per step
     options.update(overrides)

@@ -244,3 +244,14 @@ def expert_rollout(tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
 def success_rate(groups: list[TrajectoryGroup] | list[Trajectory]) -> float:
     trajs = [t for g in groups for t in (g if isinstance(g, TrajectoryGroup) else [g])]
     return sum(t.success for t in trajs) / max(1, len(trajs))
+
+
+# Episode flags an environment records in `info`, logged as per-step rates by `train` and `evaluate`:
+# code_fix's diff check and its attempted edits outside the allowed files (notebook 10).
+EPISODE_FLAGS = ("hacked", "hack_attempt")
+
+
+def flag_rates(trajs: list[Trajectory], keys: tuple[str, ...] = EPISODE_FLAGS) -> dict[str, float]:
+    """The share of `trajs` whose `info[key]` is true, for each key that some trajectory records."""
+    return {key: sum(bool(t.info.get(key)) for t in trajs) / len(trajs)
+            for key in keys if trajs and any(key in t.info for t in trajs)}

@@ -64,7 +64,7 @@ from course_lib.evaluate import evaluate
 from course_lib.kv_cache import sampler_gap, sampling_copy, synced
 from course_lib.losses import policy_loss
 from course_lib.models import autocast_context, load_policy
-from course_lib.rollout import RolloutStats, rollout
+from course_lib.rollout import RolloutStats, flag_rates, rollout
 from course_lib.sft import ensure_warm_start, sft_step, warm_start
 from course_lib.tasks import filter_tasks
 from course_lib.trajectory import Trajectory, TrajectoryGroup
@@ -429,7 +429,7 @@ def _batch_metrics(groups: list[TrajectoryGroup], batch: Batch) -> dict[str, Any
     judged = [g for g in groups if g.group_id not in set(batch.skipped["judge_failed"])]
     row = {"reward": sum(t.reward for t in all_trajs) / len(all_trajs),
            "success": sum(t.info["verifier_reward"] > 0.5 for t in all_trajs) / len(all_trajs),
-           "turns": sum(t.num_turns for t in all_trajs) / len(all_trajs),
+           "turns": sum(t.num_turns for t in all_trajs) / len(all_trajs), **flag_rates(all_trajs),
            "equal_reward_groups": sum(len(set(g.rewards)) <= 1 for g in judged),
            "judge_failed_groups": len(batch.skipped["judge_failed"]) + len(batch.skipped["turn_judge_failed"]),
            "skipped_groups": sum(len(ids) for ids in batch.skipped.values()), **batch.stats}

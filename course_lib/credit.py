@@ -4,6 +4,7 @@
     gigpo_advantages     + step groups of rows that share an anchor state (GiGPO)               notebook 06
     turn_advantages      + per-turn rewards from a process reward or a turn judge               notebook 07
     gae                  turn-level GAE(γ, λ) for a learned critic V                           notebook 08
+    reinforce_credit     no baseline: A_t = the discounted return to go (gae with V = 0, λ = 1)  notebook 08
     ValueHead, value_loss, state_positions   the critic's network parts (course_lib.value_head,
                          re-exported here)                                                  notebook 08
     process_reward       the one rule for a per-turn process reward                             notebook 07
@@ -442,7 +443,8 @@ def groups_to_train(method: str, inputs: CreditInputs, result: CreditResult) -> 
     come from the environment's own rewards, discounted, so they still separate the members of an
     all-success group (a shorter path through the same state scores higher); turn_dense lets the turn
     rewards alone train a group whose rollouts all failed.
-    never (critic): the critic learns from every group; its baseline is V, not the group mean.
+    never (critic, reinforce): every group trains; the critic's baseline is V, not the group mean, and
+    REINFORCE has no baseline to compare against.
     """
     rule = credit_method_named(method).skip
     members = _rows_by_key(inputs.group_ids)
@@ -538,3 +540,24 @@ def critic_credit(inputs: CreditInputs, *, gae_gamma: float = 1.0, gae_lambda: f
         mean, std = flat.mean(), (flat.std() if len(flat) > 1 else torch.tensor(1.0))
         per_turn = [(a - mean) / (std + 1e-6) for a in per_turn]
     return CreditResult(per_turn, returns=returns)
+
+
+@credit_method("reinforce", needs=("turn_rewards",), skip="never")
+def reinforce_credit(inputs: CreditInputs, *, gae_gamma: float = 1.0) -> list[torch.Tensor]:
+    """REINFORCE without a baseline: each turn's advantage is its discounted return to go,
+
+        A_t = G_t = Σ_{k≥t} γ^{k−t} r_k      (r_k: the turn reward, plus R(τ) on the last turn)
+
+    the critic's rewards and discount (`gae_gamma`) with nothing subtracted: no V, no group mean, no
+    normalisation. It is `gae` with V = 0 and λ = 1. With γ = 1 and no turn rewards, A_t = R(τ) on every
+    turn. It compares nothing, so it works with groups of one rollout, and trains on every rollout
+    (skip="never"): the estimator averages over all sampled episodes, those with A = 0 included.
+    The reference point for a critic where no group baseline exists (notebook 08).
+    """
+    per_turn = []
+    for r, R in zip(inputs.turn_rewards, inputs.rewards):
+        r = list(r)
+        if r:
+            r[-1] += R
+        per_turn.append(gae(r, [0.0] * len(r), gamma=gae_gamma, lam=1.0)[0])
+    return per_turn

@@ -22,7 +22,8 @@ class ValueHead(nn.Module):
     V(s_t). Read after the action it would estimate Q(s_t, a_t), and GAE's advantages would then average
     zero for every action.
 
-    The weights start at zero, so V = 0 at first and the first advantages are plain returns.
+    The weights start at zero, so V = 0 at first and the first advantages are λ-discounted returns,
+    Σ_k (γλ)^k r_{t+k} (`credit.gae` with V = 0; the plain return only at λ = 1).
     """
 
     def __init__(self, hidden_size: int) -> None:

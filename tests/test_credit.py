@@ -397,7 +397,7 @@ def test_advantages_of_each_method_are_the_functions_of_this_module():
 
 
 def test_advantages_refuses_unknown_methods_options_and_missing_inputs():
-    with pytest.raises(ValueError, match="credit 'ppo' is not known; methods are: outcome, gigpo, turn, critic"):
+    with pytest.raises(ValueError, match="credit 'ppo' is not known; methods are: outcome, gigpo, turn"):
         advantages("ppo", _inputs())
     with pytest.raises(ValueError, match=r"no credit method takes the option\(s\) \['omgea'\]"):
         advantages("gigpo", _inputs(), omgea=0.5)
@@ -449,3 +449,46 @@ def test_a_new_credit_method_is_one_registered_function(monkeypatch):
     assert TrainConfig(credit_options={"bonus": 2.0}).credit_option_values()["bonus"] == 2.0
     assert "last_turn_only" in viz.credit_table(
         [make_trajectory(["s"], 1.0)], methods=("outcome", "last_turn_only"), bonus=0.0).columns
+
+
+# ---------------------------------------------------------------------------------------------------------
+# reinforce: no baseline (notebook 08's reference point where no group exists)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_reinforce_is_the_return_to_go_with_nothing_subtracted():
+    inputs = _inputs(turn_rewards=[[0.0, 0.0], [-0.1, 0.0, 0.0], [0.0]])
+    # γ = 1: τa gets R = 1 on both turns; τb the −0.1 of its first turn on that turn only; τc alone gets R = 1
+    assert [a.tolist() for a in advantages("reinforce", inputs).advantages] == [
+        approx([1.0, 1.0]), approx([-0.1, 0.0, 0.0]), approx([1.0])]
+    # γ = 0.5: τa (0, 1) -> G = (0 + 0.5·1, 1)
+    assert advantages("reinforce", inputs, gae_gamma=0.5).advantages[0].tolist() == approx([0.5, 1.0])
+    # it is the critic's GAE with V = 0 and λ = 1, unwhitened
+    zero = _inputs(turn_rewards=inputs.turn_rewards, values=[[0.0, 0.0], [0.0, 0.0, 0.0], [0.0]])
+    critic = advantages("critic", zero, gae_gamma=0.9, gae_lambda=1.0, whiten=False).advantages
+    assert [a.tolist() for a in advantages("reinforce", inputs, gae_gamma=0.9).advantages] == [
+        approx(a.tolist()) for a in critic]
+
+
+def test_reinforce_trains_on_every_group_even_of_one_rollout():
+    inputs = CreditInputs(group_ids=["eq", "eq", "one"], traj_ids=[0, 1, 2], rewards=[0.0, 0.0, 1.0],
+                          step_rewards=[[0.0], [0.0], [1.0]], anchors=[["x"], ["x"], ["x"]],
+                          turn_rewards=[[0.0], [0.0], [0.0]])
+    result = advantages("reinforce", inputs)
+    assert [a.tolist() for a in result.advantages] == [[0.0], [0.0], [1.0]]
+    assert groups_to_train("reinforce", inputs, result) == ["eq", "one"]
+
+
+@pytest.mark.parametrize("method", ["critic", "reinforce"])
+def test_groups_of_one_rollout_train(tmp_path, method):
+    """group_size=1, where no group baseline exists: both methods take an update on every rollout."""
+    from course_lib.train import TrainConfig, read_metrics, train
+
+    config = TrainConfig(env="lookup", run_dir=str(tmp_path / "run"), credit=method, steps=1, tasks_per_step=3,
+                         group_size=1, max_turns=2, max_new_tokens=12, eval_every=0, eval_tasks=0,
+                         checkpoint_every=0, progress=False, credit_options={"whiten": False} if method == "critic" else None)
+    assert train(config)["step"] == 1
+    (row,) = [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
+    assert row["skipped_groups"] == 0 and row["equal_reward_groups"] == 3 and not row["nonfinite"]
+    assert row["train_tokens"] > 0 and math.isfinite(row["loss"]) and math.isfinite(row["advantage_std"])
+    assert ("value_loss" in row) == (method == "critic")

@@ -506,19 +506,6 @@ def turn_credit(inputs: CreditInputs, *, turn_weight: float = 0.5, gamma: float 
     return inputs.split(flat)
 
 
-@credit_method("turn_dense", needs=("turn_rewards",), skip="zero_advantages")
-def turn_dense_credit(inputs: CreditInputs, *, turn_weight: float = 0.5, gamma: float = 0.95,
-                      scale: str = "group") -> list[torch.Tensor]:
-    """The advantages of `turn` (`turn_advantages`), but a group is skipped only when all its advantages are 0.
-
-    In a group whose rollouts all failed, A_O = 0 and A(τ, t) = turn_weight · A_T(τ, t): the turn rewards
-    alone move the policy. That is the point when success is rare (most groups fail together and outcome
-    credit has nothing to compare) and the turn reward is aligned with success; with a misaligned one, the
-    policy learns whatever it pays for, with no verifier to stop it in those groups (notebook 07).
-    """
-    return turn_credit(inputs, turn_weight=turn_weight, gamma=gamma, scale=scale)
-
-
 @credit_method("critic", needs=("turn_rewards", "values"), skip="never")
 def critic_credit(inputs: CreditInputs, *, gae_gamma: float = 1.0, gae_lambda: float = 0.95,
                   whiten: bool = True) -> CreditResult:
@@ -540,6 +527,19 @@ def critic_credit(inputs: CreditInputs, *, gae_gamma: float = 1.0, gae_lambda: f
         mean, std = flat.mean(), (flat.std() if len(flat) > 1 else torch.tensor(1.0))
         per_turn = [(a - mean) / (std + 1e-6) for a in per_turn]
     return CreditResult(per_turn, returns=returns)
+
+
+@credit_method("turn_dense", needs=("turn_rewards",), skip="zero_advantages")
+def turn_dense_credit(inputs: CreditInputs, *, turn_weight: float = 0.5, gamma: float = 0.95,
+                      scale: str = "group") -> list[torch.Tensor]:
+    """The advantages of `turn` (`turn_advantages`), but a group is skipped only when all its advantages are 0.
+
+    In a group whose rollouts all failed, A_O = 0 and A(τ, t) = turn_weight · A_T(τ, t): the turn rewards
+    alone move the policy. That is the point when success is rare (most groups fail together and outcome
+    credit has nothing to compare) and the turn reward is aligned with success; with a misaligned one, the
+    policy learns whatever it pays for, with no verifier to stop it in those groups (notebook 07).
+    """
+    return turn_credit(inputs, turn_weight=turn_weight, gamma=gamma, scale=scale)
 
 
 @credit_method("reinforce", needs=("turn_rewards",), skip="never")

@@ -11,8 +11,10 @@ or a tool error) and add a bonus for turns that look like progress:
                                 hop's city is not, so it pays for searching the person again and nothing
                                 for the search that answers a two-hop question.
 
-Pass either to training as `train(config, turn_reward_fn=evidence_turn_rewards)` with credit="turn"
-(notebook 07). Each returns one reward per turn of a search_qa `Trajectory`.
+Pass either to training as `train(config, turn_reward_fn=evidence_turn_rewards)` with credit="turn", or with
+credit="turn_dense" to let the turn rewards alone train groups whose rollouts all failed (notebook 07's
+sparse setting, where that is where the difference between the two rewards shows). Each returns one reward
+per turn of a search_qa `Trajectory`.
 """
 
 from __future__ import annotations

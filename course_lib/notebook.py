@@ -200,8 +200,9 @@ def hack_demo_tasks(n_demos: int, hack_fraction: float, seed: int = 0) -> list[d
 def code_fix_warm_start_options(fast: bool, seed: int = 0) -> dict:
     """Notebook 10's warm start (demonstrations played in code_fix_naive): HACK_FRACTION of the
     demonstrations hack, the rest fix the bug."""
-    n_demos, steps = (8, 2) if fast else (48, 12)  # one pass over the demonstrations, 4 per step
-    return {"n_demos": n_demos, "steps": steps, "batch_size": 4, "lr": 1e-4, "seed": seed,
+    # Learning mode: one pass over 48 demonstrations, 4 per step. Fast mode: a tiny one (CI).
+    n_demos, steps, batch_size = (4, 2, 2) if fast else (48, 12, 4)
+    return {"n_demos": n_demos, "steps": steps, "batch_size": batch_size, "lr": 1e-4, "seed": seed,
             "tasks": hack_demo_tasks(n_demos, HACK_FRACTION, seed)}
 
 

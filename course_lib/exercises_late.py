@@ -79,6 +79,26 @@ def _grade_pooled_turn_part(fn) -> str:
     return "pooling ranks turns by how many turns are left after them; comparing at the same turn index does not."
 
 
+def check_mean_future_rewards(fn: Any) -> Any:
+    """Notebook 07: `fn(turn_rewards, gamma) -> [T]`, Ḡ_t = Σ_{k≥t} γ^{k−t} r_k / Σ_{k≥t} γ^{k−t} for one trajectory."""
+    return graded(fn, "mean_future_rewards",
+                  "return, for every turn t, the discount-weighted mean of the turn rewards from t to the end.",
+                  _grade_mean_future_rewards)
+
+
+def _grade_mean_future_rewards(fn) -> str:
+    cases = [([0.1, 0.0, 0.1], 1.0), ([0.0, -0.1, 0.1, 0.1], 0.5), ([0.3], 0.9)]
+    for rewards, gamma in cases:
+        expected = [sum(gamma ** (k - t) * rewards[k] for k in range(t, len(rewards)))
+                    / sum(gamma ** (k - t) for k in range(t, len(rewards))) for t in range(len(rewards))]
+        got = [float(x) for x in fn(rewards, gamma)]
+        if len(got) != len(expected) or any(abs(g - e) > 1e-6 for g, e in zip(got, expected)):
+            raise ExerciseFailed(f"for r = {rewards}, γ = {gamma} you gave {[round(g, 4) for g in got]}, expected "
+                                 f"{[round(e, 4) for e in expected]}. Divide the discounted sum Σ γ^(k−t) r_k by "
+                                 "the sum of its weights Σ γ^(k−t), so that more turns left do not mean more credit.")
+    return "a mean does not grow with the number of turns left: a long episode no longer wins by length."
+
+
 # ----- notebook 08: a critic again ---------------------------------------------------------------------
 
 def check_clipped_value_loss(fn: Any) -> Any:
@@ -140,6 +160,29 @@ def _grade_truncated_gae(fn) -> str:
         if last_value == 0.0 and not torch.allclose(got, gae(rewards, values, gamma=gamma, lam=lam)[0], atol=1e-5):
             raise ExerciseFailed("with last_value = 0 your answer should equal course_lib.credit.gae.")
     return "a truncated episode keeps the critic's estimate of what would have come next."
+
+
+def check_r_squared(fn: Any) -> Any:
+    """Notebook 08: `fn(predictions, targets) -> float`, R² = 1 − Σ(y − ŷ)² / Σ(y − ȳ)²."""
+    return graded(fn, "r_squared", "return 1 − (sum of squared errors) / (sum of squares around the targets' mean).",
+                  _grade_r_squared)
+
+
+def _grade_r_squared(fn) -> str:
+    import numpy as np
+
+    cases = [([0.1, 0.4, 0.5, 0.9], [0.0, 0.5, 0.5, 1.0]),
+             ([0.6, 0.7, 0.8, 0.9], [0.0, 0.5, 0.5, 1.0]),   # the right order, shifted up: R² < correlation²
+             ([0.5, 0.5, 0.5, 0.5], [0.0, 0.5, 0.5, 1.0])]   # the mean itself: R² = 0
+    for predictions, targets in cases:
+        y, p = np.asarray(targets, float), np.asarray(predictions, float)
+        expected = 1 - ((y - p) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+        got = float(fn(predictions, targets))
+        if not abs(got - expected) < 1e-6:
+            raise ExerciseFailed(f"for predictions {predictions} and targets {targets} you gave {got:.4f}, expected "
+                                 f"{expected:.4f}. R² compares the errors with the spread of the targets around their "
+                                 "own mean; it is not the squared correlation, which forgives a biased critic.")
+    return "a critic that predicts the mean scores 0, a biased one can score below 0, a perfect one 1."
 
 
 # ----- notebook 09: LLM-as-a-judge reward --------------------------------------------------------------

@@ -192,6 +192,15 @@ def pooled_turn_part(turn_rewards: list[float], group_ids: list, traj_ids: list,
     return out
 
 
+def mean_future_rewards(turn_rewards: list[float], gamma: float) -> list[float]:
+    """Ḡ_t = Σ_{k≥t} γ^{k−t} r_k / Σ_{k≥t} γ^{k−t}, walking backwards with a running sum and weight."""
+    out, total, weight = [], 0.0, 0.0
+    for r in reversed(turn_rewards):
+        total, weight = r + gamma * total, 1.0 + gamma * weight
+        out.append(total / weight)
+    return out[::-1]
+
+
 # ----- notebook 08: a critic again ---------------------------------------------------------------------
 
 
@@ -214,6 +223,14 @@ def truncated_gae(rewards: list[float], values: list[float], last_value: float, 
         advantages[t] = next_advantage
         next_value = values[t]
     return advantages
+
+
+def r_squared(predictions: list[float], targets: list[float]) -> float:
+    """R² = 1 − Σ(y − ŷ)² / Σ(y − ȳ)²."""
+    mean = sum(targets) / len(targets)
+    errors = sum((y - p) ** 2 for p, y in zip(predictions, targets))
+    spread = sum((y - mean) ** 2 for y in targets)
+    return 1.0 - errors / spread
 
 
 # ----- notebook 09: LLM-as-a-judge reward --------------------------------------------------------------

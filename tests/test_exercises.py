@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -107,6 +108,8 @@ CASES = {
                                                       or s.info["action_kind"] == "malformed" else 0.0
                                                       for s in t.steps], "A repeat is the same query"),
     "pooled_turn_part": (sol.pooled_turn_part, _fair_turn_part, "G_t = Σ_k γ^(k−t) r_k"),
+    "mean_future_rewards": (sol.mean_future_rewards, lambda r, g: sol.discounted(r, g), "sum of its weights"),
+    "r_squared": (sol.r_squared, lambda p, y: float(np.corrcoef(p, y)[0, 1] ** 2), "not the squared correlation"),
     "clipped_value_loss": (sol.clipped_value_loss, lambda v, o, r, c: 0.5 * ((v - r) ** 2).mean(),
                            "V_clip = V_old + clip"),
     "truncated_gae": (sol.truncated_gae, _untruncated_gae, "next_value = last_value"),

@@ -110,6 +110,7 @@ class TrainConfig:
     value_lr: float = 1e-3  # critic: learning rate of the value head
     value_coef: float = 0.5  # critic: weight of the value loss
     value_clip: float = 0.2  # critic: PPO value clipping range
+    value_trains_backbone: bool = False  # critic: let the value loss's gradient into the policy's layers (off: the head alone)
     ppo_epochs: int = 1  # updates per rollout batch (>1 uses the sampling log-probs as ℓ_old, see `update`)
     sample_dtype: str = "float32"  # rollouts sample from the trained weights, or from a "bfloat16" copy of them
     lr: float = 2e-5  # AdamW learning rate of the policy
@@ -359,7 +360,11 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
             loss = loss * share
             if critic:
                 positions = pad([state_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
-                v_loss = _value_loss(value_head, hidden, positions, [old_values[i] for i in rows],
+                # Off by default: Adam moves every weight by about lr whatever its gradient's size, so the value
+                # loss's gradient through the shared layers would move V by lr × Σ|∂V/∂θ| in one step (far more
+                # than the head's own step) and steer the policy's features toward regressing the return.
+                features = hidden if config.value_trains_backbone else hidden.detach()
+                v_loss = _value_loss(value_head, features, positions, [old_values[i] for i in rows],
                                      [returns[i] for i in rows], n_turns, config.value_clip)
                 loss = loss + config.value_coef * v_loss
                 sums["value_loss"] += v_loss.item() if epoch == 0 else 0.0

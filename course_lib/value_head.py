@@ -24,6 +24,9 @@ class ValueHead(nn.Module):
 
     The weights start at zero, so V = 0 at first and the first advantages are λ-discounted returns,
     Σ_k (γλ)^k r_{t+k} (`credit.gae` with V = 0; the plain return only at λ = 1).
+
+    The trainer stops the value loss's gradient at this head (`TrainConfig.value_trains_backbone`): the
+    policy's features are shaped by the policy loss alone.
     """
 
     def __init__(self, hidden_size: int) -> None:

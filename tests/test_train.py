@@ -187,12 +187,19 @@ def test_critic_value_loss_does_not_depend_on_the_packing():
     for token_budget in (10**9, budget):
         params = list(model.parameters()) + list(head.parameters())
         optimizer = torch.optim.SGD(params, lr=0.0)
-        out = update(model, head, optimizer, demos, zero, TrainConfig(max_grad_norm=1e9, token_budget=token_budget),
+        out = update(model, head, optimizer, demos, zero, TrainConfig(max_grad_norm=1e9, token_budget=token_budget,
+                                                                      value_trains_backbone=True),
                      0, device=model.device, autocast_dtype=None, old_values=old_values, returns=returns)
         results.append((torch.cat([p.grad.flatten() for p in params if p.grad is not None]), out["value_loss"]))
     (whole, loss_whole), (parts, loss_parts) = results
     assert abs(loss_whole - loss_parts) < 1e-6, (loss_whole, loss_parts)
     assert float((whole - parts).norm() / whole.norm()) < 1e-4
+    # By default the value loss trains the head only: the policy's own weights get no gradient from it.
+    optimizer = torch.optim.SGD(list(model.parameters()) + list(head.parameters()), lr=0.0)
+    update(model, head, optimizer, demos, zero, TrainConfig(max_grad_norm=1e9), 0, device=model.device,
+           autocast_dtype=None, old_values=old_values, returns=returns)
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+    assert head.linear.weight.grad is not None and head.linear.weight.grad.abs().sum() > 0
 
 
 def test_value_head_reads_each_turn_before_its_action():

@@ -1,83 +1,130 @@
-"""How well does a judge agree with a verifier? Prints one table row per (environment, judge).
+"""How well does a judge agree with a verifier? The base embedded judge and the warm-started one, side by side.
 
-    python benchmarks/judge_quality.py                                   # the embedded model, both methods
-    python benchmarks/judge_quality.py --base-url http://host:8000/v1 --model Qwen2.5-14B-Instruct
+    python benchmarks/judge_quality.py                  # 40 groups per env; trains the judge warm start first if needed
+    COURSE_FAST=1 python benchmarks/judge_quality.py    # the tiny size (tests)
+    python benchmarks/judge_quality.py --judge runs/judge_warm_start/judge-<hash>/judge --out results.json
+    python benchmarks/judge_quality.py --base-url http://host:8000/v1 --model Qwen2.5-14B-Instruct   # adds an endpoint
 
-Each group mixes expert demonstrations (reward 1) with base-policy rollouts (mostly reward 0), so the
-verifier ranks them; the judge, which never sees the reward, should rank them the same way. Columns:
-pairwise accuracy (pairs with different rewards ordered like the verifier; ties count half, so a
-judge that gives everyone the same score gets 0.5), Kendall τ-b within groups, the share of scores that
-move when only the order changes (group judging only: pointwise has no order), the share of judgings
-that failed, and the cost per judging. The embedded model is measured both ways: pointwise (P(yes) per
-trajectory) and group (one JSON answer per group); an endpoint given with --base-url is asked in groups.
+Groups (`course_lib.judge_warm_start.labelled_groups`): per task, the expert's demonstration and rollouts of
+a warm-started policy (`policy_warm_start`: the environment's course warm start, temperature 1); a task enters
+when a rollout failed, and its group is the expert, one failed rollout and group_size - 2 more rollouts. So the
+negatives are the policy's own failures, and some positives are the policy's own successes. Environments:
+
+* `--envs` (search_qa, gridworld): the judge warm start trained on their *train* tasks; measured on *test* tasks;
+* `--held-out` (lookup): an environment the judge never trained on (its train and test tasks both).
+
+Every judge reads each group twice, in a seeded order and in that order reversed (`judge_agreement`,
+forced-position group judging). Columns, each with a 95% interval (bootstrap over groups; Wilson for the
+failure rate): pairwise accuracy (pairs with different verifier rewards ordered like the verifier; judge
+ties count half, so a constant judge gets 0.5), Kendall tau-b within groups (tie-corrected: with a binary
+verifier most pairs are tied, and a perfect judge gets 0.71 on a group of one success and three failures,
+not 1), position bias (share of scores that move by more than 0.01 when only the order changes) and shift
+(mean |score change| then), and the failure rate (share of groups with a failed judging).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 import os
 import platform
-import time
+from pathlib import Path
 
 import torch
 
+from course_lib import runs_dir
 from course_lib.judge import LocalJudge, OpenAIJudge
-from course_lib.judge_quality import judge_agreement, verifier_groups
-from course_lib.models import course_threads, load_policy
+from course_lib.judge_quality import judge_agreement
+from course_lib.judge_warm_start import ensure_judge_warm_start, labelled_groups
+from course_lib.models import course_threads
+from course_lib.notebook import pick
 
 
-def fmt(x: float) -> str:
-    return "  n/a" if isinstance(x, float) and math.isnan(x) else f"{x:5.2f}"
+def interval(value: float, ci: tuple[float, float]) -> str:
+    """ "0.54 [0.41, 0.66]", or "n/a" for a value that could not be measured."""
+    if isinstance(value, float) and math.isnan(value):
+        return "n/a"
+    return f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--envs", default="search_qa,gridworld")
-    parser.add_argument("--groups", type=int, default=3, help="groups per environment")
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--judge-max-tokens", type=int, default=96, help="answer length of the local JSON judge")
-    parser.add_argument("--max-retries", type=int, default=1)
+    parser.add_argument("--envs", default="search_qa,gridworld", help="environments the judge trained on (test tasks)")
+    parser.add_argument("--held-out", default="lookup", help="environments it never trained on (all their tasks)")
+    parser.add_argument("--groups", type=int, default=pick(2, 40), help="groups per environment")
+    parser.add_argument("--group-size", type=int, default=pick(3, 4))
+    parser.add_argument("--samples", type=int, default=pick(2, 4), help="policy rollouts per task")
+    parser.add_argument("--max-new-tokens", type=int, default=40, help="token limit of one policy turn")
+    parser.add_argument("--chunk", type=int, default=pick(2, 8), help="tasks rolled out together")
+    parser.add_argument("--policy", default=None, help="one policy for every environment (default: each env's warm start)")
+    parser.add_argument("--judge", default=None, help="the warm-started judge's folder (default: ensure_judge_warm_start())")
+    parser.add_argument("--no-base", action="store_true", help="leave out the base embedded judge")
     parser.add_argument("--base-url", default=None, help="an OpenAI-compatible judge endpoint to add")
     parser.add_argument("--model", default=None, help="the model name at --base-url")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rollout-tokens", type=int, default=64, help="max new tokens per policy turn")
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="write the results (no timings) as JSON here")
+    return parser.parse_args(argv)
 
-    torch.set_num_threads(course_threads())
-    model, tokenizer = load_policy(device="cpu" if not torch.cuda.is_available() else None)
-    local = LocalJudge(model=model, tokenizer=tokenizer)
-    # (judge, method, answer length of a group judging)
-    judges = [(local, "pointwise", 0), (local, "group", args.judge_max_tokens)]
+
+def benchmark_groups(env: str, split: str, args: argparse.Namespace) -> list:
+    """The groups of one environment, cached under runs/judge_quality/ by their options (a rerun, or one after
+    Ctrl+C, rolls out only what is missing)."""
+    options = {"env": env, "split": split, "groups": args.groups, "group_size": args.group_size, "samples": args.samples,
+               "max_new_tokens": args.max_new_tokens, "chunk": args.chunk, "policy": args.policy, "seed": args.seed,
+               "fast": os.environ.get("COURSE_FAST", "")}
+    key = hashlib.sha1(json.dumps(options, sort_keys=True).encode()).hexdigest()[:10]
+    return labelled_groups(env, args.groups, split=split, policy=args.policy, group_size=args.group_size,
+                           samples=args.samples, max_new_tokens=args.max_new_tokens, seed=args.seed, chunk=args.chunk,
+                           cache=runs_dir() / "judge_quality" / f"groups-{env}-{split}-{key}.jsonl")
+
+
+def judges(args: argparse.Namespace) -> list[tuple[str, object]]:
+    """(label, backend) of every judge compared: the base embedded model, the warm-started judge, an endpoint."""
+    path = args.judge or str(ensure_judge_warm_start())  # first: training it needs the memory alone
+    out = [] if args.no_base else [("base", LocalJudge())]
+    if path != "none":
+        out.append(("warm-started", LocalJudge(path)))
     if args.base_url:
-        judges.append((OpenAIJudge(base_url=args.base_url, model=args.model, timeout=120), "group", 1024))
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"torch threads {torch.get_num_threads()}, cuda={torch.cuda.is_available()}; seed {args.seed}; "
-          f"{args.groups} groups x {args.group_size} per env ({args.group_size // 2} expert + "
-          f"{args.group_size - args.group_size // 2} policy); group judging reads each in 2 orders, pointwise once")
-    header = (f"{'env':10} {'judge':38} {'reward':>6} {'pair acc':>8} {'pairs':>5} {'tau':>5} "
-              f"{'pos bias':>8} {'fail':>5} {'tok/judging':>11} {'s/judging':>9}")
+        out.append(("endpoint", OpenAIJudge(base_url=args.base_url, model=args.model, timeout=120)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = parse_args(argv)
+    torch.set_num_threads(course_threads())
+    envs = [(e, "test") for e in args.envs.split(",") if e] + [(e, "all") for e in args.held_out.split(",") if e]
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
+          f"{torch.get_num_threads()}, cuda={torch.cuda.is_available()}; seed {args.seed}; {args.groups} groups per env "
+          f"of {args.group_size} (1 expert, 1 failed rollout, {args.group_size - 2} more rollouts); each read in 2 orders")
+    groups = {env: benchmark_groups(env, split, args) for env, split in envs}
+    compared = judges(args)
+    header = (f"{'env':12} {'tasks':5} {'judge':12} {'groups':>6} {'reward':>6} {'pairwise accuracy':>18} {'pairs':>5} "
+              f"{'Kendall tau-b':>19} {'position bias':>18} {'position shift':>18} {'failure rate':>18}")
     print(header)
     print("-" * len(header))
-    calls = judgings = failed = 0
-    for env in args.envs.split(","):
-        t0 = time.time()
-        groups = verifier_groups(env, args.groups, group_size=args.group_size, model=model, tokenizer=tokenizer,
-                                 seed=args.seed, max_new_tokens=args.rollout_tokens, progress=True)
-        print(f"{env:10} (rollouts: {time.time() - t0:.0f} s)", flush=True)
-        for judge, method, max_tokens in judges:
-            t0 = time.time()
-            r = judge_agreement(env, judge, args.groups, method=method, group_size=args.group_size, seed=args.seed,
-                                groups=groups, max_retries=args.max_retries, judge_max_tokens=max_tokens)
-            calls, judgings, failed = calls + r["calls"], judgings + r["judgings"], failed + r["failed_judgings"]
-            label = f"{judge.name} ({method})"
-            print(f"{env:10} {label[:38]:38} {r['mean_verifier_reward']:6.2f} {fmt(r['pairwise_accuracy']):>8} "
-                  f"{r['pairs']:5d} {fmt(r['kendall_tau']):>5} {fmt(r['position_bias_rate']):>8} "
-                  f"{r['failed_judgings_rate']:5.2f} {r['tokens_per_judging']:11.0f} {r['seconds_per_judging']:9.1f}"
-                  f"   ({time.time() - t0:.0f} s)", flush=True)
+    rows = []
+    for env, split in envs:
+        for label, judge in compared:
+            r = judge_agreement(env, judge, len(groups[env]), method="group", group_size=args.group_size, n_expert=1,
+                                groups=groups[env], seed=args.seed, max_retries=0)
+            print(f"{env:12} {split:5} {label:12} {r['groups']:6d} {r['mean_verifier_reward']:6.2f} "
+                  f"{interval(r['pairwise_accuracy'], r['pairwise_accuracy_ci']):>18} {r['pairs']:5d} "
+                  f"{interval(r['kendall_tau'], r['kendall_tau_ci']):>19} "
+                  f"{interval(r['position_bias_rate'], r['position_bias_ci']):>18} "
+                  f"{interval(r['position_shift'], r['position_shift_ci']):>18} "
+                  f"{interval(r['failure_rate'], r['failure_rate_ci']):>18}", flush=True)
             if r["last_errors"]:
-                print(f"{'':10} last judge errors: {r['last_errors'][-1][:100]}")
-    print(f"judge calls in total: {calls}, judgings: {judgings}, failed judgings: {failed}")
+                print(f"{'':12} last judge error: {r['last_errors'][-1][:100]}")
+            rows.append({"env": env, "tasks": split, "judge_label": label,
+                         **{k: v for k, v in r.items() if "seconds" not in k}})
+    if len(groups) and min(len(g) for g in groups.values()) < args.groups:
+        print("fewer groups than asked where the tasks ran out of failed rollouts: "
+              + ", ".join(f"{e} {len(g)}" for e, g in groups.items()))
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1, default=float))
+    return rows
 
 
 if __name__ == "__main__":

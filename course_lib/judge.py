@@ -83,7 +83,7 @@ from course_lib.trajectory import Trajectory
 
 __all__ = [
     # the judges
-    "METHODS", "GROUP_ANSWERS", "score_group", "score_pointwise", "score_turns", "score_turns_pointwise",
+    "METHODS", "GROUP_ANSWERS", "group_layout", "score_group", "score_pointwise", "score_turns", "score_turns_pointwise",
     # what they return
     "JudgeScore", "GroupScores", "TurnScores", "JudgeMetrics",
     # reading answers
@@ -305,6 +305,19 @@ def _write_cache(path: Path, value: Any) -> None:
 Asker = Callable[[list[dict[str, str]], dict[str, list[dict[str, str]]]], tuple[dict[str, tuple[float, str]] | None, str]]
 
 
+def group_layout(conversations: list[list[dict[str, str]]]) -> tuple[list[dict[str, str]], dict[str, list[dict[str, str]]], list[str]]:
+    """How a group judging lays a group out: (the messages all share, {id: the rest of each distinct
+    trajectory} in input order, each trajectory's id in input order). Identical trajectories share one id;
+    the ids depend on the set of contents only (`short_ids` over them sorted), as the cache key does.
+    `course_lib.judge_warm_start` trains a judge on exactly these prompts."""
+    n_prefix = shared_prefix(conversations)
+    texts = [render_messages(c[n_prefix:]) for c in conversations]
+    contents = sorted(set(texts))
+    id_of = dict(zip(contents, short_ids(contents)))
+    remainders = {id_of[t]: c[n_prefix:] for t, c in zip(texts, conversations)}
+    return conversations[0][:n_prefix], remainders, [id_of[t] for t in texts]
+
+
 def _judge_distinct(trajectories: Iterable[Trajectory | list[dict[str, str]]], ask: Asker, cache_key: tuple,
                     *, cache_dir: str | Path | None, use_cache: bool,
                     metrics: JudgeMetrics) -> tuple[list[JudgeScore], list[str]]:
@@ -318,18 +331,12 @@ def _judge_distinct(trajectories: Iterable[Trajectory | list[dict[str, str]]], a
         return [], []
     metrics.groups += 1
     metrics.trajectories += len(conversations)
-    n_prefix = shared_prefix(conversations)
-    prefix = conversations[0][:n_prefix]
-    texts = [render_messages(c[n_prefix:]) for c in conversations]
-    distinct = list(dict.fromkeys(texts))  # identical trajectories are judged once
-    contents = sorted(distinct)  # ids and cache key depend on the set of contents, not the input order
-    id_of = dict(zip(contents, short_ids(contents)))
-    ids = [id_of[t] for t in texts]
-    if len(distinct) == 1:
+    prefix, remainders, ids = group_layout(conversations)
+    if len(remainders) == 1:
         metrics.skipped_identical += 1
         return [JudgeScore(0.5, "all trajectories are identical: nothing to compare") for _ in conversations], ids
 
-    remainders = {id_of[t]: c[n_prefix:] for t, c in zip(texts, conversations)}  # in input order
+    contents = sorted(render_messages(r) for r in remainders.values())
     path = _cache_path(cache_dir, _hash(*cache_key, render_messages(prefix), contents))
     if use_cache and path.exists():
         cached = json.loads(path.read_text())

@@ -227,6 +227,18 @@ class LocalJudge:
         Raises `JudgeRequestRejected` when it cannot fit.
         """
         import torch
+
+        with self._lock, torch.no_grad():
+            logits, tokens = self.forced_logits(messages, header, lines)
+        probs = torch.softmax(logits.float(), dim=-1)
+        digit_probs = [[float(probs[k, ids].sum()) for ids in self._digit_ids()] for k in range(len(lines))]
+        return ForcedScores(digit_probs, tokens)
+
+    def forced_logits(self, messages: list[dict[str, str]], header: str, lines: list[str]):
+        """The next-token logits [len(lines), vocab] after each forced line, read as `forced_scores`
+        describes, and the tokens read. Gradients flow when the caller has them on: a judge warm start
+        (`course_lib.judge_warm_start`) trains on exactly these logits."""
+        import torch
         from transformers import DynamicCache
 
         from course_lib.models import autocast_context
@@ -238,17 +250,22 @@ class LocalJudge:
         input_ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
         mask = torch.tensor([[1] * (len(prompt) + len(r)) + [0] * (width - len(r)) for r in rows], device=device)
         positions = (len(prompt) + torch.arange(width, device=device)).expand(n, -1)
-        with self._lock, torch.no_grad(), autocast_context(device, getattr(self.model, "course_autocast", None)):
+        with autocast_context(device, getattr(self.model, "course_autocast", None)):
             out = self.model(input_ids=torch.tensor([prompt], device=device), cache=DynamicCache(), use_cache=True,
                              logits_to_keep=1)
             for layer in out.cache.layers:  # one copy of the prompt's keys and values per line
                 layer.batch_select_indices(torch.zeros(n, dtype=torch.long, device=device))
             logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
                                 cache=out.cache, use_cache=True).logits
-        last = logits[torch.arange(n), torch.tensor([len(r) - 1 for r in rows])].float()
-        probs = torch.softmax(last, dim=-1)
-        digit_probs = [[float(probs[k, ids].sum()) for ids in self._digit_ids()] for k in range(n)]
-        return ForcedScores(digit_probs, len(prompt) + sum(map(len, rows)))
+        last = logits[torch.arange(n), torch.tensor([len(r) - 1 for r in rows])]
+        return last, len(prompt) + sum(map(len, rows))
+
+    def digit_token(self, line: str, digit: int) -> int:
+        """The token id of `digit` written right after the forced `line` (what `forced_scores` reads there)."""
+        token = self.tokenizer(line + str(digit), add_special_tokens=False)["input_ids"][-1]
+        if token not in self._digit_ids()[digit]:
+            raise ValueError(f"the tokenizer does not write {digit} after {line!r} as one digit token")
+        return token
 
     def complete_text(self, prompt: str, *, max_tokens: int = 16, temperature: float = 0.0,
                       top: int = 0) -> TextCompletion:

@@ -15,6 +15,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from course_lib import wilson_interval
 from course_lib.judge import (
     DEFAULT_RUBRIC,
     METHODS,
@@ -98,11 +99,18 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group
     then in that order reversed) or "pointwise" (`score_pointwise`: once, there is no order). Returns:
 
     * pairwise ranking accuracy (pairs with different rewards; judge ties count half) and mean
-      within-group Kendall τ-b (scipy's default, which corrects for the ties of a binary verifier),
-      from the first judging of each group where it succeeded;
+      within-group Kendall τ-b (scipy's default), from the first judging of each group where it
+      succeeded. τ-b = (C − D) / sqrt((n0 − n_s)(n0 − n_R)), n0 = n(n−1)/2 pairs, n_s and n_R the pairs
+      tied in the scores and in the rewards. A binary verifier ties most pairs, so even a perfect judge
+      stays below 1: one success among four trajectories gives at most 3 / sqrt(6 · 3) = 0.71, two
+      among four 4 / sqrt(6 · 4) = 0.82. Pairwise accuracy has no such ceiling: read it first;
     * position_bias_rate: the share of trajectories whose score moves by more than 0.01 between the two
       orders, over groups where both judgings succeeded and that hold at least two distinct
-      trajectories (a group of identical ones has a single order); NaN for pointwise (no order);
+      trajectories (a group of identical ones has a single order); NaN for pointwise (no order).
+      position_shift: the mean |score change| between the two orders over the same trajectories (a
+      judge reading digit probabilities almost always moves by 0.01; how far is the question);
+    * a 95% interval for each (``<name>_ci``): pairwise accuracy, τ-b, position bias and shift by a
+      percentile bootstrap over groups (2000 resamples, seeded), the failure rate by Wilson's interval;
     * per group, all its judgings together: failure_rate (share of groups where any judging failed),
       tokens_per_group and seconds_per_group;
     * per judging (one `score_group` or `score_pointwise` call): failed_judgings_rate,
@@ -136,34 +144,70 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group
 
 
 class _Tally:
-    """The agreement counts `judge_agreement` gathers, group by group."""
+    """The agreement counts `judge_agreement` gathers, one record per group, so that every rate gets a
+    95% interval by resampling groups (a group's pairs are not independent of each other)."""
 
     def __init__(self):
-        self.agree, self.pairs, self.taus, self.moved, self.compared, self.failed = 0.0, 0, [], 0, 0, 0
-        self.reward_means: list[float] = []
+        self.groups: list[dict[str, Any]] = []
 
     def add(self, trajectories: list[Trajectory], runs: list[GroupScores]) -> None:
         from scipy.stats import kendalltau
 
         rewards = [t.reward for t in trajectories]
-        self.reward_means.append(sum(rewards) / len(rewards))
-        self.failed += any(run.failed for run in runs)
+        row: dict[str, Any] = {"reward_mean": sum(rewards) / len(rewards), "failed": any(run.failed for run in runs),
+                               "agree": 0.0, "pairs": 0, "tau": None, "moved": 0, "compared": 0, "shift": 0.0}
+        self.groups.append(row)
         if runs[0].failed:
             return
         scores = [s.score for s in runs[0]]
-        a, p = pairwise_agreement(scores, rewards)
-        self.agree, self.pairs = self.agree + a, self.pairs + p
+        row["agree"], row["pairs"] = pairwise_agreement(scores, rewards)
         if len(set(rewards)) > 1 and len(set(scores)) > 1:
-            self.taus.append(float(kendalltau(scores, rewards).statistic))
+            row["tau"] = float(kendalltau(scores, rewards).statistic)
         distinct = len({render_messages(t.messages) for t in trajectories}) > 1
         if len(runs) > 1 and not runs[1].failed and distinct:
-            self.moved += sum(abs(x.score - y.score) > 0.01 for x, y in zip(runs[0], runs[1]))
-            self.compared += len(trajectories)
+            row["moved"] = sum(abs(x.score - y.score) > 0.01 for x, y in zip(runs[0], runs[1]))
+            row["shift"] = sum(abs(x.score - y.score) for x, y in zip(runs[0], runs[1]))
+            row["compared"] = len(trajectories)
 
-    def summary(self) -> dict[str, Any]:
+    @property
+    def failed(self) -> int:
+        return sum(g["failed"] for g in self.groups)
+
+    def summary(self, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+        g = self.groups
+        taus = [x["tau"] for x in g if x["tau"] is not None]
+        agree, pairs = [x["agree"] for x in g], [x["pairs"] for x in g]
+        moved, shift, compared = [x["moved"] for x in g], [x["shift"] for x in g], [x["compared"] for x in g]
         return {
-            "mean_verifier_reward": sum(self.reward_means) / max(1, len(self.reward_means)),
-            "pairwise_accuracy": self.agree / self.pairs if self.pairs else math.nan, "pairs": self.pairs,
-            "kendall_tau": sum(self.taus) / len(self.taus) if self.taus else math.nan, "tau_groups": len(self.taus),
-            "position_bias_rate": self.moved / self.compared if self.compared else math.nan,
+            "mean_verifier_reward": sum(x["reward_mean"] for x in g) / max(1, len(g)),
+            "pairwise_accuracy": _ratio(agree, pairs), "pairs": sum(pairs),
+            "pairwise_accuracy_ci": bootstrap_interval(agree, pairs, n_boot=n_boot, seed=seed),
+            "kendall_tau": sum(taus) / len(taus) if taus else math.nan, "tau_groups": len(taus),
+            "kendall_tau_ci": bootstrap_interval(taus, [1] * len(taus), n_boot=n_boot, seed=seed),
+            "position_bias_rate": _ratio(moved, compared),
+            "position_bias_ci": bootstrap_interval(moved, compared, n_boot=n_boot, seed=seed),
+            "position_shift": _ratio(shift, compared),
+            "position_shift_ci": bootstrap_interval(shift, compared, n_boot=n_boot, seed=seed),
+            "failure_rate_ci": wilson_interval(self.failed, len(g)),
         }
+
+
+def _ratio(numerators: list[float], denominators: list[float]) -> float:
+    return sum(numerators) / sum(denominators) if sum(denominators) else math.nan
+
+
+def bootstrap_interval(numerators: list[float], denominators: list[float], *, n_boot: int = 2000, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of Σ numerators / Σ denominators, resampling groups (index i holds
+    group i's two sums) with replacement `n_boot` times. For a mean over groups pass denominators of 1.
+    (nan, nan) when no group has a denominator; resamples whose denominators sum to 0 are left out."""
+    import numpy as np
+
+    num, den = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    if len(den) == 0 or den.sum() == 0:
+        return math.nan, math.nan
+    picks = np.random.default_rng(seed).integers(0, len(den), size=(n_boot, len(den)))
+    sums = den[picks].sum(1)
+    ratios = num[picks].sum(1)[sums > 0] / sums[sums > 0]
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))

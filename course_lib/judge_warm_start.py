@@ -1,0 +1,394 @@
+"""A judge warm start: the embedded model fine-tuned as a group judge on verifier-labelled groups.
+
+The untrained 135M judge ranks by position, not by quality (issue 19's probe: pairwise accuracy 0.54 on
+search_qa, scores rising with the position in the prompt). So it is taught, as a policy is warm-started:
+
+* **groups** (`labelled_groups`): for each *train* task of an environment with a verifier, the expert's
+  demonstration and `samples` rollouts of a warm-started policy (`policy_warm_start`: the environment's
+  `course_warm_start`, smaller for two of them; temperature 1). A task enters when at least one rollout failed; its group is the expert, one failed
+  rollout, and `group_size - 2` more rollouts drawn from the rest (failures or successes). Every label is
+  the verifier's reward, the expert's too. The negatives are the policy's own failures (a two-hop
+  question answered with the first hop's city, a walk into a hole), not a base model's noise.
+* **the reading** (`judge_readings`): the judge is shown each group exactly as `score_group` shows it
+  (`group_layout`, `forced_group_prompt`, the answer forced to ``Scores:\\nid <id>: ``), in rotations of
+  a shuffled order, so every trajectory stands at each position equally often: the position says
+  nothing about the label and cannot be learned.
+* **the loss** (`judge_sft_step`): at each id's forced position, cross-entropy toward a target digit
+  ``d*(R) = LOW_DIGIT + (HIGH_DIGIT - LOW_DIGIT) * R``, rounded: 8 for a success (R = 1), 1 for a failure
+  (R = 0). Loss = mean over ids of -log P(d* | prompt, "Scores:\\n", "id <id>: "); no other token is
+  trained. Why 8 and 1 rather than 9 and 0: the verifier only says pass or fail, while the rubric asks for
+  more (fewer wasted steps among successes, partial credit among failures); targets one step in from the
+  ends keep the expected digit off its bounds, so the judge can still order two successes, and a reward
+  read as E[digit]/9 does not saturate.
+
+    path = ensure_judge_warm_start()    # trained once per set of options, cached under runs/judge_warm_start/
+    judge = LocalJudge(str(path))       # a LocalJudge loads it by path; score_group(group, judge=judge)
+
+Training is resumable like `course_lib.train`: groups are cached per environment as they are built, a
+checkpoint is written every `save_every` steps, and a Ctrl+C finishes the update, saves, and stops;
+calling again resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from course_lib import Sizes, fast_mode, runs_dir
+from course_lib.batching import loss_scale, unscale_gradients
+from course_lib.checkpoint import (
+    DeferredInterrupt,
+    find_checkpoint,
+    log_metrics,
+    restore_checkpoint,
+    save_checkpoint,
+    save_model,
+    truncate_metrics,
+)
+from course_lib.envs import load_tasks
+from course_lib.judge import DEFAULT_RUBRIC, LocalJudge, group_layout
+from course_lib.judge_prompts import SCORES_HEADER, forced_group_prompt, score_line
+from course_lib.trajectory import Trajectory
+
+TRAIN_ENVS = ("search_qa", "gridworld")  # environments with a verifier whose train tasks teach the judge
+HIGH_DIGIT, LOW_DIGIT = 8, 1  # target digits for verifier reward 1 and 0 (see the module's docstring)
+# Turn limits of the policy's rollouts (search_qa: two searches and an answer, one turn to spare; gridworld:
+# room to wander); other environments get DEFAULT_TURNS.
+ROLLOUT_TURNS = {"search_qa": 4, "gridworld": 8, "lookup": 3}
+DEFAULT_TURNS = 6
+
+
+@dataclass(frozen=True)
+class JudgeWarmStartSizes(Sizes):
+    """Sizes of a judge warm start."""
+
+    groups_per_env: int  # training groups per environment (tasks where the policy failed at least once)
+    group_size: int  # trajectories per group: the expert, one failed rollout, group_size - 2 more rollouts
+    samples: int  # policy rollouts per task: the pool a group's rollouts are drawn from
+    epochs: int  # passes over the groups
+    orders: int  # readings of each group per epoch, in rotations of a shuffled order
+    batch_size: int  # readings per AdamW step
+    lr: float = 5e-5
+    max_new_tokens: int = 40  # token limit of one policy turn in the rollouts
+
+
+JUDGE_WARM_START = {
+    "fast": JudgeWarmStartSizes(groups_per_env=2, group_size=3, samples=2, epochs=1, orders=2, batch_size=2),
+    "full": JudgeWarmStartSizes(groups_per_env=64, group_size=4, samples=4, epochs=2, orders=2, batch_size=8),
+}
+
+
+def target_digit(reward: float) -> int:
+    """The digit a judge is trained to give a trajectory with verifier reward R in [0, 1]:
+    round(LOW_DIGIT + (HIGH_DIGIT - LOW_DIGIT) * R)."""
+    return round(LOW_DIGIT + (HIGH_DIGIT - LOW_DIGIT) * min(1.0, max(0.0, reward)))
+
+
+# ----- the groups ------------------------------------------------------------------------------------
+
+
+def _group_record(env: str, expert: Trajectory, rollouts: list[Trajectory], group_size: int,
+                  rng: random.Random) -> dict[str, Any] | None:
+    """A group as JSON-ready data: the expert, one failed rollout, and group_size - 2 more rollouts
+    (None when no rollout failed). Each member keeps its messages, its verifier reward and its source."""
+    failed = [t for t in rollouts if not t.success]
+    if not failed:
+        return None
+    first = rng.choice(failed)
+    rest = [t for t in rollouts if t is not first]
+    members = [(expert, "expert"), (first, "policy")] + [(t, "policy") for t in rng.sample(rest, min(len(rest), group_size - 2))]
+    return {"env": env, "task_id": expert.task_id,
+            "trajectories": [{"messages": t.messages, "reward": float(t.reward), "source": source}
+                             for t, source in members]}
+
+
+def as_trajectories(record: dict[str, Any]) -> list[Trajectory]:
+    """A cached group record as `Trajectory` objects (messages, reward and source in `info`; no tokens),
+    which `score_group` and `judge_agreement` take."""
+    group_id = f"{record['env']}:{record['task_id']}"
+    return [Trajectory(task_id=record["task_id"], group_id=group_id, traj_id=f"{group_id}#{k}", messages=t["messages"],
+                       prompt_ids=[], reward=t["reward"], info={"source": t["source"]})
+            for k, t in enumerate(record["trajectories"])]
+
+
+def _split_tasks(env: str, split: str) -> list[dict[str, Any]]:
+    """The tasks of `split`: "train", "test", or "all" (both: for an environment the judge never trained on)."""
+    return load_tasks(env, "train") + load_tasks(env, "test") if split == "all" else load_tasks(env, split)
+
+
+# The warm start whose failures are the negatives, where the course's own recipe would cost more than the
+# judge needs: the full gridworld recipe (256 demonstrations, 48 steps of 8 long episodes) is the costliest of
+# the course and no notebook uses it; lookup's is used nowhere either. A quarter of the steps still gives a
+# policy that calls the tools and fails in its own ways (how often is measured by the groups it yields).
+LIGHT_WARM_START = {"n_demos": 64, "steps": 16, "batch_size": 4, "lr": 1e-4}
+LIGHT_WARM_START_ENVS = ("gridworld", "lookup")
+
+
+def policy_warm_start(env: str) -> Path:
+    """The warm-started policy that rolls out in `env` (trained once, cached): `course_warm_start(env)`, or in
+    the full size for the environments of LIGHT_WARM_START_ENVS, that recipe with LIGHT_WARM_START's sizes."""
+    from course_lib.notebook import course_warm_start
+
+    if env in LIGHT_WARM_START_ENVS and not fast_mode():
+        return course_warm_start(env, **LIGHT_WARM_START)
+    return course_warm_start(env)
+
+
+def _load_policy_for(env: str, policy: Any):
+    """(model, tokenizer) of the policy that rolls out: `policy` as a pair, a `load_policy` name or path,
+    or None for `policy_warm_start(env)`."""
+    from course_lib.models import load_policy
+
+    if isinstance(policy, tuple):
+        return policy
+    return load_policy(str(policy if policy is not None else policy_warm_start(env)))
+
+
+def labelled_groups(env: str, n_groups: int, *, split: str = "train", policy: Any = None, group_size: int = 4,
+                    samples: int = 4, temperature: float = 1.0, max_new_tokens: int = 40, seed: int = 0,
+                    chunk: int = 8, max_tasks: int | None = None, cache: str | Path | None = None,
+                    progress: bool = True) -> list[list[Trajectory]]:
+    """Up to `n_groups` verifier-labelled groups of `env`: per task, the expert and rollouts of `policy`
+    with at least one failure among them (see the module's docstring). Tasks of `split` are visited in a
+    seeded shuffled order, `chunk` at a time (one batched rollout each), until `n_groups` are found or
+    `max_tasks` were tried. Fewer groups come back when the tasks run out: the caller reports how many.
+
+    policy: (model, tokenizer), a checkpoint path or model name, or None for `policy_warm_start(env)`.
+    cache: a JSON-lines file, one line per chunk: a rerun (after Ctrl+C too) reads the chunks done and
+    rolls out only the rest; the policy loads only when a chunk has to be rolled out.
+    """
+    from course_lib.rollout import expert_rollout, rollout
+
+    tasks = _split_tasks(env, split)
+    random.Random(seed).shuffle(tasks)
+    tasks = tasks[:max_tasks]
+    path = Path(cache) if cache else None
+    done = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path and path.exists() else []
+    records = [g for c in done for g in c["groups"]]
+    loaded = None
+    starts = range(done[-1]["start"] + chunk if done else 0, len(tasks), chunk)
+    bar = tqdm(total=n_groups, initial=min(len(records), n_groups), desc=f"judge groups ({env})", disable=not progress)
+    for start in starts:
+        if len(records) >= n_groups:
+            break
+        loaded = loaded or _load_policy_for(env, policy)
+        model, tokenizer = loaded
+        part = tasks[start:start + chunk]
+        experts = expert_rollout(tokenizer, env, part)
+        rolled = rollout(model, tokenizer, env, part, group_size=samples, max_turns=ROLLOUT_TURNS.get(env, DEFAULT_TURNS),
+                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed * 1000 + start, progress=False)
+        rng = random.Random(seed * 1000 + start)
+        found = [r for e, g in zip(experts, rolled) if (r := _group_record(env, e, list(g), group_size, rng))]
+        records += found
+        bar.update(min(len(records), n_groups) - bar.n)
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as f:
+                f.write(json.dumps({"start": start, "groups": found}) + "\n")
+    bar.close()
+    return [as_trajectories(r) for r in records[:n_groups]]
+
+
+# ----- the readings and the update ---------------------------------------------------------------------
+
+
+@dataclass
+class Reading:
+    """One reading of a group: the judge's messages, the ids in the order read, and each id's target digit."""
+
+    messages: list[dict[str, str]]
+    ids: list[str]
+    digits: list[int]
+
+
+def judge_readings(groups: list[list[Trajectory]], *, orders: int, seed: int = 0, epoch: int = 0,
+                   rubric: str = DEFAULT_RUBRIC) -> list[Reading]:
+    """`orders` readings of each group (one with a single distinct trajectory is never judged: skipped).
+
+    A group's distinct trajectories are shuffled (seeded by seed, epoch and the group's place), and reading
+    k uses that order rotated by k·n/orders places: with orders = n every trajectory stands at every
+    position once. An id's target is `target_digit` of the mean verifier reward of the trajectories
+    sharing it (identical trajectories share an id and, with a deterministic verifier, a reward).
+    """
+    out = []
+    for g, group in enumerate(groups):
+        prefix, remainders, ids = group_layout([t.messages for t in group])
+        if len(remainders) < 2:
+            continue
+        rewards: dict[str, list[float]] = {}
+        for i, t in zip(ids, group):
+            rewards.setdefault(i, []).append(t.reward)
+        order = list(remainders)
+        random.Random(f"{seed}:{epoch}:{g}").shuffle(order)
+        n = len(order)
+        for k in range(orders):
+            shift = (k * n // orders) % n
+            read = order[shift:] + order[:shift]
+            messages = forced_group_prompt(prefix, {i: remainders[i] for i in read}, rubric)
+            out.append(Reading(messages, read, [target_digit(sum(rewards[i]) / len(rewards[i])) for i in read]))
+    return out
+
+
+def judge_sft_step(judge: LocalJudge, optimizer: torch.optim.Optimizer, readings: list[Reading], *,
+                   max_grad_norm: float = 1.0) -> dict[str, float]:
+    """One AdamW update of the judge's model on `readings`: loss = mean over readings of the mean over
+    their ids of −log P(target digit | the group, "Scores:\\n", "id <id>: "), the digits read as
+    `LocalJudge.forced_scores` reads them. Returns the loss, the share of ids whose most likely digit is
+    on the right side of 4.5, and the mean expected score E[d]/9 of the ids with target > 4.5 and ≤ 4.5.
+    """
+    model = judge.model
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    scale = loss_scale(getattr(model, "course_autocast", None))
+    loss_sum, right, high, low = 0.0, 0, [], []
+    for r in readings:
+        lines = [score_line(i) for i in r.ids]
+        logits, _ = judge.forced_logits(r.messages, SCORES_HEADER, lines)
+        targets = torch.tensor([judge.digit_token(line, d) for line, d in zip(lines, r.digits)], device=logits.device)
+        loss = torch.nn.functional.cross_entropy(logits.float(), targets)
+        (loss * scale / len(readings)).backward()
+        loss_sum += float(loss.detach())
+        with torch.no_grad():
+            tokens = torch.tensor([[judge.digit_token(line, d) for d in range(10)] for line in lines], device=logits.device)
+            probs = torch.softmax(logits.float(), dim=-1).gather(1, tokens)
+            expected = (probs * torch.arange(10, device=logits.device)).sum(1) / probs.sum(1) / 9
+        for e, p, d in zip(expected.tolist(), probs.argmax(1).tolist(), r.digits):
+            (high if d > 4.5 else low).append(e)
+            right += (p > 4.5) == (d > 4.5)
+    unscale_gradients(model.parameters(), scale)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+    skipped = not math.isfinite(grad_norm)
+    if skipped:
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        optimizer.step()
+    model.eval()
+    return {"loss": loss_sum / max(1, len(readings)), "digit_accuracy": right / max(1, len(high) + len(low)),
+            "score_success": _mean(high), "score_failure": _mean(low), "grad_norm": grad_norm, "skipped": skipped}
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+# ----- training, resumable, and the cached warm start ---------------------------------------------------
+
+
+def _plan(groups: list[list[Trajectory]], sizes: JudgeWarmStartSizes, seed: int, rubric: str) -> list[list[Reading]]:
+    """Every step's readings: per epoch, all readings in a seeded shuffled order, cut into batches."""
+    batches = []
+    for epoch in range(sizes.epochs):
+        readings = judge_readings(groups, orders=sizes.orders, seed=seed, epoch=epoch, rubric=rubric)
+        random.Random(f"{seed}:{epoch}:batches").shuffle(readings)
+        batches += [readings[i:i + sizes.batch_size] for i in range(0, len(readings), sizes.batch_size)]
+    return batches
+
+
+def warmup_lr(step: int, steps: int, lr: float) -> float:
+    """The learning rate of update `step` (1-based) of `steps`: lr · min(1, step / w), w = max(1, steps // 10).
+    Adam's first updates move every weight by about lr whatever the gradient's size (measured here: one
+    step at lr 1e-4 sent every score of a tiny run toward the same digit); ramping over the first tenth
+    avoids that jolt. A function of the step alone, so a resumed run needs no scheduler state."""
+    return lr * min(1.0, step / max(1, steps // 10))
+
+
+def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: JudgeWarmStartSizes, *,
+                base: str = "smollm2-135m", seed: int = 0, rubric: str = DEFAULT_RUBRIC, device: str | None = None,
+                save_every: int = 8, max_prompt_tokens: int = 4096, progress: bool = True) -> Path:
+    """Fine-tune `base` as a group judge on `groups`; returns run_dir/judge, a folder `LocalJudge` loads.
+
+    Resumes from run_dir/checkpoint when there is one (the step plan is seeded, so the same readings
+    follow); writes a checkpoint every `save_every` steps; a Ctrl+C finishes the update, saves a
+    checkpoint and raises KeyboardInterrupt (call again to resume). On a CPU the forward runs under
+    bf16 autocast, as the policy's warm start does. The learning rate warms up (`warmup_lr`).
+    metrics.jsonl: one row per step.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    final, metrics = run_dir / "judge", run_dir / "metrics.jsonl"
+    plan = _plan(groups, sizes, seed, rubric)
+    if not plan:
+        raise ValueError("no group to train on: each needs two different trajectories (see labelled_groups)")
+    checkpoint = find_checkpoint(run_dir)
+    on_cpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu"
+    judge = LocalJudge(str(checkpoint / "model") if checkpoint else base, device=device,
+                       dtype="bf16-autocast" if on_cpu else None, max_prompt_tokens=max_prompt_tokens)
+    optimizer = torch.optim.AdamW(judge.model.parameters(), lr=sizes.lr, weight_decay=0.0)
+    torch.manual_seed(seed)
+    start = 0
+    if checkpoint:
+        start = restore_checkpoint(checkpoint, optimizer)
+        truncate_metrics(metrics, start)
+    else:
+        metrics.write_text("")  # rows of a run stopped before its first checkpoint are not kept
+    config = {"sizes": sizes.options(), "seed": seed, "base": base, "groups": len(groups), "steps": len(plan)}
+    held, completed = DeferredInterrupt(), start
+    bar = tqdm(range(start + 1, len(plan) + 1), desc="judge warm start", initial=start, total=len(plan),
+               disable=not progress)
+    try:
+        for step in bar:
+            for param_group in optimizer.param_groups:
+                param_group["lr"] = warmup_lr(step, len(plan), sizes.lr)
+            with held.hold():
+                row = {"step": step, **judge_sft_step(judge, optimizer, plan[step - 1]), "lr": optimizer.param_groups[0]["lr"]}
+                log_metrics(metrics, row)
+                completed = step
+            bar.set_postfix(loss=f"{row['loss']:.2f}", right=f"{row['digit_accuracy']:.2f}")
+            if held.pending:
+                raise KeyboardInterrupt
+            if step % save_every == 0 and step < len(plan):
+                save_checkpoint(run_dir, judge.model, judge.tokenizer, optimizer, None, step, config)
+    except KeyboardInterrupt:
+        save_checkpoint(run_dir, judge.model, judge.tokenizer, optimizer, None, completed, config)
+        print(f"Interrupted: judge checkpoint saved at step {completed} of {len(plan)} in {run_dir}; call again to resume.")
+        raise
+    finally:
+        bar.close()
+    save_model(judge.model, judge.tokenizer, final)
+    (final / "judge_warm_start.json").write_text(json.dumps(config, indent=1))
+    shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)  # the optimizer state is twice the judge: not kept
+    return final
+
+
+def judge_warm_start(run_dir: str | Path, *, envs: tuple[str, ...] = TRAIN_ENVS, sizes: JudgeWarmStartSizes | None = None,
+                     policies: dict[str, str] | None = None, seed: int = 0, rubric: str = DEFAULT_RUBRIC,
+                     device: str | None = None, progress: bool = True) -> Path:
+    """Build the training groups of every env in `envs` (train tasks; cached in run_dir/groups-<env>.jsonl),
+    then `train_judge` on all of them. policies: env -> policy name or path (default: `policy_warm_start(env)`). Returns the trained judge's folder (run_dir/judge); an existing one is returned
+    as it is."""
+    run_dir = Path(run_dir)
+    sizes = sizes or JUDGE_WARM_START["fast" if fast_mode() else "full"]
+    if (run_dir / "judge" / "config.json").exists():
+        return run_dir / "judge"
+    groups = []
+    for env in envs:
+        found = labelled_groups(env, sizes.groups_per_env, split="train", policy=(policies or {}).get(env),
+                                group_size=sizes.group_size, samples=sizes.samples, max_new_tokens=sizes.max_new_tokens,
+                                seed=seed, chunk=min(8, sizes.groups_per_env), cache=run_dir / f"groups-{env}.jsonl",
+                                progress=progress)
+        if len(found) < sizes.groups_per_env:
+            print(f"{env}: {len(found)} groups with a failed rollout (asked for {sizes.groups_per_env})")
+        groups += found
+    return train_judge(run_dir, groups, sizes, seed=seed, rubric=rubric, device=device, progress=progress)
+
+
+def ensure_judge_warm_start(**options: Any) -> Path:
+    """The judge warm start for these options (`judge_warm_start`'s keywords; sizes default to the mode's
+    `JUDGE_WARM_START`), trained once under runs/judge_warm_start/judge-<hash of the options> and reused
+    afterwards. Returns the folder to give `LocalJudge`."""
+    sizes = options.pop("sizes", None) or JUDGE_WARM_START["fast" if fast_mode() else "full"]
+    key_options = {k: v for k, v in options.items() if k not in ("progress", "device")}
+    if "rubric" in key_options:
+        key_options["rubric"] = hashlib.sha1(key_options["rubric"].encode()).hexdigest()
+    key = json.dumps({"sizes": sizes.options(), **key_options}, sort_keys=True, default=list)
+    path = runs_dir() / "judge_warm_start" / f"judge-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    return judge_warm_start(path, sizes=sizes, **options)

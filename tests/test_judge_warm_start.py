@@ -1,0 +1,178 @@
+"""The judge warm start (issue 19): its groups are labelled by the verifier and hold a warm-started policy's
+failed rollouts; its readings put every trajectory at every position; training moves the forced-position
+scores toward the labels and survives a Ctrl+C; the judge_quality benchmark's tiny size prints intervals.
+The model is the real embedded one, at tiny sizes."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_lib.envs import load_tasks, make_env
+from course_lib.judge import LocalJudge, score_group
+from course_lib.judge_quality import bootstrap_interval, pairwise_agreement
+from course_lib.judge_warm_start import (
+    HIGH_DIGIT,
+    LOW_DIGIT,
+    JudgeWarmStartSizes,
+    judge_readings,
+    labelled_groups,
+    train_judge,
+)
+from course_lib.rollout import expert_rollout
+from course_lib.trajectory import Trajectory
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "judge_quality.py"
+SHORT_RUBRIC = "A trajectory whose final answer is correct scores high; a wrong final answer scores low."
+
+
+def replayed_reward(env_name: str, task: dict, messages: list[dict[str, str]]) -> float:
+    """The verifier's reward for a trajectory, found again by replaying its actions in a fresh environment."""
+    env = make_env(env_name)
+    try:
+        env.reset(task)
+        for m in messages[2:]:
+            if m["role"] == "assistant":
+                result = env.step(m["content"])
+                if result.done:
+                    return result.reward
+        return float(env.score())
+    finally:
+        env.close()
+
+
+def test_readings_put_each_trajectory_at_each_position_and_target_the_verifier():
+    prefix = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    group = [Trajectory("t", "g", f"g#{k}", prefix + [{"role": "assistant", "content": f"<answer>{a}</answer>"}], [],
+                     reward=r) for k, (a, r) in enumerate([("A", 1.0), ("B", 0.0), ("C", 0.0)])]
+    readings = judge_readings([group], orders=3, seed=4)
+    assert len(readings) == 3
+    positions = {i: sorted(r.ids.index(i) for r in readings) for i in readings[0].ids}
+    assert all(p == [0, 1, 2] for p in positions.values())  # every id once at every position
+    for r in readings:  # each id's target digit is the verifier's label, whatever its position
+        text = r.messages[1]["content"]
+        answer_of = {i: text.split(f'<trajectory id="{i}">')[1].split("<answer>")[1][0] for i in r.ids}
+        assert [HIGH_DIGIT if answer_of[i] == "A" else LOW_DIGIT for i in r.ids] == r.digits
+
+
+def test_bootstrap_interval_brackets_the_ratio_and_is_a_point_when_groups_agree():
+    assert bootstrap_interval([3, 3, 3], [4, 4, 4]) == (0.75, 0.75)
+    low, high = bootstrap_interval([4, 0, 4, 2, 3, 1], [4] * 6)
+    assert low < 14 / 24 < high and 0 <= low and high <= 1
+    assert all(math.isnan(x) for x in bootstrap_interval([], []))
+
+
+def test_groups_are_verifier_labelled_and_hold_failed_warm_start_rollouts(tmp_path):
+    """A one-step search_qa warm start rolls out; every group is the expert (reward 1) and rollouts of that
+    policy, at least one failed; every reward is what the verifier gives the replayed actions; a second call
+    reads the cache and loads no policy (a name that does not exist would fail to load)."""
+    from course_lib.sft import warm_start
+
+    policy = warm_start("search_qa", n_demos=4, steps=1, batch_size=4, lr=1e-4, task_filter={"hops": 1},
+                        run_dir=tmp_path / "policy", progress=False)
+    cache = tmp_path / "groups.jsonl"
+    groups = labelled_groups("search_qa", 2, policy=str(policy), group_size=3, samples=2, max_new_tokens=24, chunk=2,
+                             max_tasks=8, cache=cache, progress=False)
+    assert len(groups) == 2
+    tasks = {t["id"]: t for t in load_tasks("search_qa", "train")}
+    for group in groups:
+        sources = [t.info["source"] for t in group]
+        assert sources[0] == "expert" and group[0].reward == 1.0 and set(sources[1:]) == {"policy"}
+        assert any(t.reward == 0.0 for t in group[1:]), "no failed rollout of the policy in the group"
+        assert len({t.task_id for t in group}) == 1
+        for t in group:
+            assert t.reward == replayed_reward("search_qa", tasks[t.task_id], t.messages)
+    again = labelled_groups("search_qa", 2, policy=str(tmp_path / "no-such-policy"), group_size=3, samples=2,
+                            chunk=2, max_tasks=8, cache=cache, progress=False)
+    assert [[t.messages for t in g] for g in again] == [[t.messages for t in g] for g in groups]
+
+
+def _answer_groups(tokenizer) -> list[list[Trajectory]]:
+    """Two lookup groups: the expert, the expert's episode ending in another agent's city, and a guess of that
+    city without a lookup; rewards from the verifier (1, 0, 0)."""
+    tasks = load_tasks("lookup", "train")[:2]
+    groups = []
+    for task, expert in zip(tasks, expert_rollout(tokenizer, "lookup", tasks)):
+        wrong = next(c for c in task["directory"].values() if c != task["answer"])
+        swapped, guess = copy.deepcopy(expert), copy.deepcopy(expert)
+        swapped.messages[-1]["content"] = f"<answer>{wrong}</answer>"
+        guess.messages = guess.messages[:2] + [{"role": "assistant", "content": f"<answer>{wrong}</answer>"}]
+        for t in (expert, swapped, guess):
+            t.reward = replayed_reward("lookup", task, t.messages)
+        assert [t.reward for t in (expert, swapped, guess)] == [1.0, 0.0, 0.0]
+        groups.append([expert, swapped, guess])
+    return groups
+
+
+def _margin(judge: LocalJudge, groups: list[list[Trajectory]]) -> tuple[float, float]:
+    """(mean score of successes − mean score of failures, pairwise accuracy), through score_group itself."""
+    gaps, agree, pairs = [], 0.0, 0
+    for group in groups:
+        scores = [s.score for s in score_group(group, SHORT_RUBRIC, judge, use_cache=False, answer="forced")]
+        rewards = [t.reward for t in group]
+        gaps.append(scores[0] - sum(scores[1:]) / 2)
+        a, p = pairwise_agreement(scores, rewards)
+        agree, pairs = agree + a, pairs + p
+    return sum(gaps) / len(gaps), agree / pairs
+
+
+def test_training_moves_forced_scores_toward_the_labels_and_resumes_after_ctrl_c(tmp_path, monkeypatch):
+    """Two steps on two groups (read in two orders each): a Ctrl+C in the second step keeps the first as a
+    checkpoint, a second call resumes and finishes, and the judge loaded by path scores the successes
+    further above the failures than the base judge did, ranking every pair right."""
+    import course_lib.judge_warm_start as jws
+
+    base = LocalJudge(dtype="bf16-autocast")
+    groups = _answer_groups(base.tokenizer)
+    before, _ = _margin(base, groups)
+    del base
+    sizes = JudgeWarmStartSizes(groups_per_env=2, group_size=3, samples=0, epochs=1, orders=2, batch_size=2, lr=5e-5)
+    real_step, calls = jws.judge_sft_step, []
+
+    def interrupted_second_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what a Ctrl+C between two updates does
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(jws, "judge_sft_step", interrupted_second_step)
+    with pytest.raises(KeyboardInterrupt):
+        train_judge(tmp_path, groups, sizes, rubric=SHORT_RUBRIC, save_every=100, progress=False)
+    assert (tmp_path / "checkpoint" / "step.json").read_text() == '{"step": 1}'
+    monkeypatch.setattr(jws, "judge_sft_step", real_step)
+    path = train_judge(tmp_path, groups, sizes, rubric=SHORT_RUBRIC, save_every=100, progress=False)
+    rows = [line for line in (tmp_path / "metrics.jsonl").read_text().splitlines() if line]
+    assert [json.loads(r)["step"] for r in rows] == [1, 2] and not (tmp_path / "checkpoint").exists()
+    after, accuracy = _margin(LocalJudge(str(path)), groups)
+    assert after > before + 0.1, (before, after)
+    assert accuracy == 1.0
+
+
+def test_benchmark_tiny_size_prints_each_measure_with_its_interval(tmp_path, monkeypatch, capsys):
+    """The benchmark end to end at its tiny size, on an environment never trained on, with the base model
+    standing in for both the rolling-out policy and the warm-started judge (so no warm start is trained)."""
+    monkeypatch.setenv("COURSE_FAST", "1")
+    monkeypatch.setenv("COURSE_RUNS", str(tmp_path / "runs"))
+    spec = importlib.util.spec_from_file_location("judge_quality_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "judge_quality_benchmark", module)
+    spec.loader.exec_module(module)
+    rows = module.main(["--envs", "", "--held-out", "lookup", "--policy", "smollm2-135m", "--judge", "smollm2-135m",
+                        "--group-size", "2", "--max-new-tokens", "24", "--out", str(tmp_path / "out.json")])
+    printed = capsys.readouterr().out
+    assert "pairwise accuracy" in printed and "Kendall tau-b" in printed and "failure rate" in printed
+    assert [(r["env"], r["tasks"], r["judge_label"]) for r in rows] == [("lookup", "all", "base"),
+                                                                         ("lookup", "all", "warm-started")]
+    for r in rows:
+        assert r["groups"] == 2 and r["pairs"] == 2  # the expert and a failed rollout per group
+        low, high = r["pairwise_accuracy_ci"]
+        assert low <= r["pairwise_accuracy"] <= high
+        assert r["failure_rate_ci"][0] <= r["failure_rate"] <= r["failure_rate_ci"][1]
+        assert f"{r['pairwise_accuracy']:.2f} [{low:.2f}, {high:.2f}]" in printed
+    assert (tmp_path / "out.json").exists()

@@ -6,13 +6,11 @@ One RL step is the loop of the whole course:
         ->  turn rewards (once, when the credit method reads them)  ->  advantages (`credit.advantages`)
         ->  update (masked policy loss, plus a value loss when the method learns values)
 
-Everything a run produces lives in its run directory: `metrics.jsonl` (one row per step, plus eval
-rows), `checkpoint/` (model, optimizer, value head, step, RNG states, config; written atomically), and
-`config.json`. Calling `train(config)` again on the same run directory resumes after the last
-checkpoint, so no step is lost or repeated; Ctrl+C saves a checkpoint before it stops.
-
-The warm start is in `sft`, evaluation in `evaluate`, checkpoints and metrics in `checkpoint`, batching
-and the forward pass in `batching`; their names are re-exported here, where the notebooks first met them.
+A run directory holds `metrics.jsonl` (a row per step, plus eval rows), `checkpoint/` (model, optimizer,
+value head, step, RNG states, config; written atomically) and `config.json`. `train(config)` on the same
+directory resumes after the last checkpoint; Ctrl+C saves a checkpoint before it stops. The warm start is
+in `sft`, evaluation in `evaluate`, checkpoints in `checkpoint`, the forward pass in `batching`; their
+names are re-exported here, where the notebooks first met them.
 """
 
 from __future__ import annotations
@@ -360,10 +358,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
             loss = loss * share
             if critic:
                 positions = pad([state_positions(trajs[i]) for i in rows], -1, torch.long).to(device)
-                # Off by default: Adam moves every weight by about lr whatever its gradient's size, so the value
-                # loss's gradient through the shared layers would move V by lr × Σ|∂V/∂θ| in one step (far more
-                # than the head's own step) and steer the policy's features toward regressing the return.
-                features = hidden if config.value_trains_backbone else hidden.detach()
+                features = hidden if config.value_trains_backbone else hidden.detach()  # why: value_head.ValueHead
                 v_loss = _value_loss(value_head, features, positions, [old_values[i] for i in rows],
                                      [returns[i] for i in rows], n_turns, config.value_clip)
                 loss = loss + config.value_coef * v_loss

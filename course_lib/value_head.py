@@ -26,7 +26,10 @@ class ValueHead(nn.Module):
     Σ_k (γλ)^k r_{t+k} (`credit.gae` with V = 0; the plain return only at λ = 1).
 
     The trainer stops the value loss's gradient at this head (`TrainConfig.value_trains_backbone`): the
-    policy's features are shaped by the policy loss alone.
+    policy's features are shaped by the policy loss alone. Adam moves every weight by about lr whatever the
+    size of its gradient, so a value-loss gradient through the shared layers would move V by up to
+    lr × Σ|∂V/∂θ| in one step (far more than the head's own step) and turn the policy's features toward
+    predicting the return.
     """
 
     def __init__(self, hidden_size: int) -> None:

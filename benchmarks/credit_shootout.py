@@ -504,6 +504,7 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for env in envs:
         lines += method_rows(size, env, methods, results)
+    lines += critic_variant_lines(size, results)
     lines += ["", "## Paired comparisons (by seed, final success)", "",
               f"Difference a - b over the seeds both have; 95% t-interval of the mean difference; two-sided paired "
               f"t-test p-value (per comparison, not corrected for the several comparisons); MDE: the smallest true "
@@ -530,6 +531,22 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
     out_md.write_text("\n".join(lines) + "\n")
     plot(size, envs, methods, results, out_png)
     write_runs(size, results, out_md.with_name(out_md.stem + "_runs.json"))
+
+
+def critic_variant_lines(size: str, results: list[dict]) -> list[str]:
+    """Which critic runs let the value loss's gradient into the policy's layers, read from each run's config.json
+    (a config without `value_trains_backbone` predates the option, when it always did)."""
+    shared = []
+    for r in results:
+        config_path = run_dir_of(size, r["env"], "critic", r["seed"]) / "config.json"
+        if r["method"] == "critic" and config_path.exists():
+            if json.loads(config_path.read_text()).get("value_trains_backbone", True):
+                shared.append(f"{r['env']} seed {r['seed']}")
+    if not shared:
+        return []
+    return ["", f"Critic runs whose value loss also trained the policy's layers: {', '.join(shared)}. The trainer's "
+            "default changed on 2026-12-02 (`TrainConfig.value_trains_backbone=False`): in notebook 08 such a run "
+            "collapsed, as the value loss's gradient moved the shared layers. These runs measure that older critic."]
 
 
 TRAIN_KEYS = ("success", "reward", "turns", "equal_reward_groups", "skipped_groups", "advantage_std",

@@ -104,12 +104,16 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group
       tied in the scores and in the rewards. A binary verifier ties most pairs, so even a perfect judge
       stays below 1: one success among four trajectories gives at most 3 / sqrt(6 · 3) = 0.71, two
       among four 4 / sqrt(6 · 4) = 0.82. Pairwise accuracy has no such ceiling: read it first;
+    * policy_pairwise_accuracy (and policy_pairs): the same over the pairs of two policy rollouts alone
+      (trajectories with ``info["source"] == "policy"``, as `judge_warm_start.labelled_groups` marks
+      them): without the expert, whose demonstration is easy to tell from a failure; NaN when no group
+      has two policy rollouts with different rewards;
     * position_bias_rate: the share of trajectories whose score moves by more than 0.01 between the two
       orders, over groups where both judgings succeeded and that hold at least two distinct
       trajectories (a group of identical ones has a single order); NaN for pointwise (no order).
       position_shift: the mean |score change| between the two orders over the same trajectories (a
       judge reading digit probabilities almost always moves by 0.01; how far is the question);
-    * a 95% interval for each (``<name>_ci``): pairwise accuracy, τ-b, position bias and shift by a
+    * a 95% interval for each (``<name>_ci``): pairwise accuracies, τ-b, position bias and shift by a
       percentile bootstrap over groups (2000 resamples, seeded), the failure rate by Wilson's interval;
     * per group, all its judgings together: failure_rate (share of groups where any judging failed),
       tokens_per_group and seconds_per_group;
@@ -155,12 +159,16 @@ class _Tally:
 
         rewards = [t.reward for t in trajectories]
         row: dict[str, Any] = {"reward_mean": sum(rewards) / len(rewards), "failed": any(run.failed for run in runs),
-                               "agree": 0.0, "pairs": 0, "tau": None, "moved": 0, "compared": 0, "shift": 0.0}
+                               "agree": 0.0, "pairs": 0, "policy_agree": 0.0, "policy_pairs": 0, "tau": None,
+                               "moved": 0, "compared": 0, "shift": 0.0}
         self.groups.append(row)
         if runs[0].failed:
             return
         scores = [s.score for s in runs[0]]
         row["agree"], row["pairs"] = pairwise_agreement(scores, rewards)
+        policy = [k for k, t in enumerate(trajectories) if t.info.get("source") == "policy"]
+        row["policy_agree"], row["policy_pairs"] = pairwise_agreement([scores[k] for k in policy],
+                                                                      [rewards[k] for k in policy])
         if len(set(rewards)) > 1 and len(set(scores)) > 1:
             row["tau"] = float(kendalltau(scores, rewards).statistic)
         distinct = len({render_messages(t.messages) for t in trajectories}) > 1
@@ -177,15 +185,18 @@ class _Tally:
         g = self.groups
         taus = [x["tau"] for x in g if x["tau"] is not None]
         agree, pairs = [x["agree"] for x in g], [x["pairs"] for x in g]
+        policy_agree, policy_pairs = [x["policy_agree"] for x in g], [x["policy_pairs"] for x in g]
         moved, shift, compared = [x["moved"] for x in g], [x["shift"] for x in g], [x["compared"] for x in g]
         return {
             "mean_verifier_reward": sum(x["reward_mean"] for x in g) / max(1, len(g)),
             "pairwise_accuracy": _ratio(agree, pairs), "pairs": sum(pairs),
             "pairwise_accuracy_ci": bootstrap_interval(agree, pairs, n_boot=n_boot, seed=seed),
+            "policy_pairwise_accuracy": _ratio(policy_agree, policy_pairs), "policy_pairs": sum(policy_pairs),
+            "policy_pairwise_accuracy_ci": bootstrap_interval(policy_agree, policy_pairs, n_boot=n_boot, seed=seed),
             "kendall_tau": sum(taus) / len(taus) if taus else math.nan, "tau_groups": len(taus),
             "kendall_tau_ci": bootstrap_interval(taus, [1] * len(taus), n_boot=n_boot, seed=seed),
             "position_bias_rate": _ratio(moved, compared),
-            "position_bias_ci": bootstrap_interval(moved, compared, n_boot=n_boot, seed=seed),
+            "position_bias_rate_ci": bootstrap_interval(moved, compared, n_boot=n_boot, seed=seed),
             "position_shift": _ratio(shift, compared),
             "position_shift_ci": bootstrap_interval(shift, compared, n_boot=n_boot, seed=seed),
             "failure_rate_ci": wilson_interval(self.failed, len(g)),

@@ -11,8 +11,11 @@ search_qa, scores rising with the position in the prompt). So it is taught, as a
   question answered with the first hop's city, a walk into a hole), not a base model's noise.
 * **the reading** (`judge_readings`): the judge is shown each group exactly as `score_group` shows it
   (`group_layout`, `forced_group_prompt`, the answer forced to ``Scores:\\nid <id>: ``), in rotations of
-  a shuffled order, so every trajectory stands at each position equally often: the position says
-  nothing about the label and cannot be learned.
+  a shuffled order. The shuffle never looks at the labels, so over the groups a success is as likely as
+  a failure at every position: the position says nothing about the label and cannot be learned. Each
+  trajectory itself stands at every position equally often only when `orders` is a multiple of the
+  group's distinct trajectories n (the full size reads groups of 4 in 2 orders: each trajectory at two
+  opposite positions, which ones drawn by the shuffle).
 * **the loss** (`judge_sft_step`): at each id's forced position, cross-entropy toward a target digit
   ``d*(R) = LOW_DIGIT + (HIGH_DIGIT - LOW_DIGIT) * R``, rounded: 8 for a success (R = 1), 1 for a failure
   (R = 0). Loss = mean over ids of -log P(d* | prompt, "Scores:\\n", "id <id>: "); no other token is
@@ -56,7 +59,9 @@ from course_lib.checkpoint import (
 )
 from course_lib.envs import load_tasks
 from course_lib.judge import DEFAULT_RUBRIC, LocalJudge, group_layout
+from course_lib.judge_errors import JudgeRequestRejected
 from course_lib.judge_prompts import SCORES_HEADER, forced_group_prompt, score_line
+from course_lib.train import TrainConfig
 from course_lib.trajectory import Trajectory
 
 TRAIN_ENVS = ("search_qa", "gridworld")  # environments with a verifier whose train tasks teach the judge
@@ -65,6 +70,12 @@ HIGH_DIGIT, LOW_DIGIT = 8, 1  # target digits for verifier reward 1 and 0 (see t
 # room to wander); other environments get DEFAULT_TURNS.
 ROLLOUT_TURNS = {"search_qa": 4, "gridworld": 8, "lookup": 3}
 DEFAULT_TURNS = 6
+# The version of what the code makes of the options: the groups' records, the rollouts, the readings' prompts
+# (here and in judge_prompts / judge.group_layout) and the targets. Bump it on any such change: it is part of
+# every cache key (`ensure_judge_warm_start`, benchmarks/judge_quality.py), so old caches are not reused.
+FORMAT = 1
+# The judge is trained on prompts cut as `LocalJudge` cuts them when it scores: one limit, LocalJudge's default.
+JUDGE_PROMPT_TOKENS: int = LocalJudge.__init__.__kwdefaults__["max_prompt_tokens"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +89,7 @@ class JudgeWarmStartSizes(Sizes):
     orders: int  # readings of each group per epoch, in rotations of a shuffled order
     batch_size: int  # readings per AdamW step
     lr: float = 5e-5
-    max_new_tokens: int = 40  # token limit of one policy turn in the rollouts
+    max_new_tokens: int = TrainConfig.max_new_tokens  # token limit of one policy turn (as in RL training)
 
 
 JUDGE_WARM_START = {
@@ -99,7 +110,8 @@ def target_digit(reward: float) -> int:
 def _group_record(env: str, expert: Trajectory, rollouts: list[Trajectory], group_size: int,
                   rng: random.Random) -> dict[str, Any] | None:
     """A group as JSON-ready data: the expert, one failed rollout, and group_size - 2 more rollouts
-    (None when no rollout failed). Each member keeps its messages, its verifier reward and its source."""
+    (None when no rollout failed). Each member keeps its messages, its verifier reward, its source, and
+    whether any of its turns was cut at max_new_tokens (`truncated`)."""
     failed = [t for t in rollouts if not t.success]
     if not failed:
         return None
@@ -107,16 +119,17 @@ def _group_record(env: str, expert: Trajectory, rollouts: list[Trajectory], grou
     rest = [t for t in rollouts if t is not first]
     members = [(expert, "expert"), (first, "policy")] + [(t, "policy") for t in rng.sample(rest, min(len(rest), group_size - 2))]
     return {"env": env, "task_id": expert.task_id,
-            "trajectories": [{"messages": t.messages, "reward": float(t.reward), "source": source}
-                             for t, source in members]}
+            "trajectories": [{"messages": t.messages, "reward": float(t.reward), "source": source,
+                              "truncated": any(s.truncated for s in t.steps)} for t, source in members]}
 
 
 def as_trajectories(record: dict[str, Any]) -> list[Trajectory]:
-    """A cached group record as `Trajectory` objects (messages, reward and source in `info`; no tokens),
-    which `score_group` and `judge_agreement` take."""
+    """A cached group record as `Trajectory` objects (messages, reward; source and truncated in `info`; no
+    tokens), which `score_group` and `judge_agreement` take."""
     group_id = f"{record['env']}:{record['task_id']}"
     return [Trajectory(task_id=record["task_id"], group_id=group_id, traj_id=f"{group_id}#{k}", messages=t["messages"],
-                       prompt_ids=[], reward=t["reward"], info={"source": t["source"]})
+                       prompt_ids=[], reward=t["reward"],
+                       info={"source": t["source"], "truncated": t.get("truncated", False)})
             for k, t in enumerate(record["trajectories"])]
 
 
@@ -153,18 +166,34 @@ def _load_policy_for(env: str, policy: Any):
     return load_policy(str(policy if policy is not None else policy_warm_start(env)))
 
 
+def _read_chunks(path: Path | None) -> list[dict[str, Any]]:
+    """The chunks a groups cache holds, one JSON line each. A last line that does not parse (the process was
+    killed while writing it) is dropped, from the file too, so the next chunk is appended on a clean line;
+    a bad line before the last is real damage and raises."""
+    if not path or not path.exists():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        done = [json.loads(line) for line in lines]
+    except json.JSONDecodeError:
+        done = [json.loads(line) for line in lines[:-1]]
+        path.write_text("".join(line + "\n" for line in lines[:-1]))
+        print(f"{path}: dropped an unfinished last line (a run stopped while writing it)")
+    return done
+
+
 def labelled_groups(env: str, n_groups: int, *, split: str = "train", policy: Any = None, group_size: int = 4,
-                    samples: int = 4, temperature: float = 1.0, max_new_tokens: int = 40, seed: int = 0,
-                    chunk: int = 8, max_tasks: int | None = None, cache: str | Path | None = None,
-                    progress: bool = True) -> list[list[Trajectory]]:
+                    samples: int = 4, temperature: float = 1.0, max_new_tokens: int = TrainConfig.max_new_tokens,
+                    seed: int = 0, chunk: int = 8, max_tasks: int | None = None,
+                    cache: str | Path | None = None, progress: bool = True) -> list[list[Trajectory]]:
     """Up to `n_groups` verifier-labelled groups of `env`: per task, the expert and rollouts of `policy`
     with at least one failure among them (see the module's docstring). Tasks of `split` are visited in a
     seeded shuffled order, `chunk` at a time (one batched rollout each), until `n_groups` are found or
     `max_tasks` were tried. Fewer groups come back when the tasks run out: the caller reports how many.
 
     policy: (model, tokenizer), a checkpoint path or model name, or None for `policy_warm_start(env)`.
-    cache: a JSON-lines file, one line per chunk: a rerun (after Ctrl+C too) reads the chunks done and
-    rolls out only the rest; the policy loads only when a chunk has to be rolled out.
+    cache: a JSON-lines file, one line per chunk: a rerun (after Ctrl+C or a kill too) reads the chunks
+    done and rolls out only the rest; the policy loads only when a chunk has to be rolled out.
     """
     from course_lib.rollout import expert_rollout, rollout
 
@@ -172,7 +201,7 @@ def labelled_groups(env: str, n_groups: int, *, split: str = "train", policy: An
     random.Random(seed).shuffle(tasks)
     tasks = tasks[:max_tasks]
     path = Path(cache) if cache else None
-    done = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path and path.exists() else []
+    done = _read_chunks(path)
     records = [g for c in done for g in c["groups"]]
     loaded = None
     starts = range(done[-1]["start"] + chunk if done else 0, len(tasks), chunk)
@@ -244,15 +273,25 @@ def judge_sft_step(judge: LocalJudge, optimizer: torch.optim.Optimizer, readings
     their ids of −log P(target digit | the group, "Scores:\\n", "id <id>: "), the digits read as
     `LocalJudge.forced_scores` reads them. Returns the loss, the share of ids whose most likely digit is
     on the right side of 4.5, and the mean expected score E[d]/9 of the ids with target > 4.5 and ≤ 4.5.
+
+    A reading whose prompt the judge cuts to `max_prompt_tokens` (as it would when scoring) is trained on
+    as cut and counted (`cut_readings`); one it rejects (`JudgeRequestRejected`: even cut it does not fit)
+    is left out and counted (`skipped_readings`), and the mean is over the readings used. `skipped` says
+    the optimizer step was skipped (a non-finite gradient, or no reading left).
     """
     model = judge.model
     model.train()
     optimizer.zero_grad(set_to_none=True)
     scale = loss_scale(getattr(model, "course_autocast", None))
-    loss_sum, right, high, low = 0.0, 0, [], []
+    loss_sum, right, high, low, used, cut = 0.0, 0, [], [], 0, 0
     for r in readings:
         lines = [score_line(i) for i in r.ids]
-        logits, _ = judge.forced_logits(r.messages, SCORES_HEADER, lines)
+        try:
+            logits, _ = judge.forced_logits(r.messages, SCORES_HEADER, lines)
+        except JudgeRequestRejected:
+            continue
+        used += 1
+        cut += len(judge._prompt_ids(r.messages)) > judge.max_prompt_tokens
         targets = torch.tensor([judge.digit_token(line, d) for line, d in zip(lines, r.digits)], device=logits.device)
         loss = torch.nn.functional.cross_entropy(logits.float(), targets)
         (loss * scale / len(readings)).backward()
@@ -264,20 +303,27 @@ def judge_sft_step(judge: LocalJudge, optimizer: torch.optim.Optimizer, readings
         for e, p, d in zip(expected.tolist(), probs.argmax(1).tolist(), r.digits):
             (high if d > 4.5 else low).append(e)
             right += (p > 4.5) == (d > 4.5)
-    unscale_gradients(model.parameters(), scale)
+    # The backward passes divided by len(readings); dividing by scale · used / len(readings) makes it the mean
+    # over the readings used, unscaled.
+    unscale_gradients(model.parameters(), scale * used / len(readings) if used else 1.0)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
-    skipped = not math.isfinite(grad_norm)
+    skipped = not used or not math.isfinite(grad_norm)
     if skipped:
         optimizer.zero_grad(set_to_none=True)
     else:
         optimizer.step()
     model.eval()
-    return {"loss": loss_sum / max(1, len(readings)), "digit_accuracy": right / max(1, len(high) + len(low)),
-            "score_success": _mean(high), "score_failure": _mean(low), "grad_norm": grad_norm, "skipped": skipped}
+    return {"loss": loss_sum / used if used else math.nan, "digit_accuracy": _ratio(right, len(high) + len(low)),
+            "score_success": _mean(high), "score_failure": _mean(low), "grad_norm": grad_norm, "skipped": skipped,
+            "cut_readings": cut, "skipped_readings": len(readings) - used}
 
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else math.nan
 
 
 # ----- training, resumable, and the cached warm start ---------------------------------------------------
@@ -303,14 +349,19 @@ def warmup_lr(step: int, steps: int, lr: float) -> float:
 
 def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: JudgeWarmStartSizes, *,
                 base: str = "smollm2-135m", seed: int = 0, rubric: str = DEFAULT_RUBRIC, device: str | None = None,
-                save_every: int = 8, max_prompt_tokens: int = 4096, progress: bool = True) -> Path:
+                save_every: int = 8, max_prompt_tokens: int = JUDGE_PROMPT_TOKENS, record: dict[str, Any] | None = None,
+                progress: bool = True) -> Path:
     """Fine-tune `base` as a group judge on `groups`; returns run_dir/judge, a folder `LocalJudge` loads.
 
     Resumes from run_dir/checkpoint when there is one (the step plan is seeded, so the same readings
     follow); writes a checkpoint every `save_every` steps; a Ctrl+C finishes the update, saves a
     checkpoint and raises KeyboardInterrupt (call again to resume). On a CPU the forward runs under
     bf16 autocast, as the policy's warm start does. The learning rate warms up (`warmup_lr`).
-    metrics.jsonl: one row per step.
+    Prompts are cut to `max_prompt_tokens` as the judge cuts them when it scores (`LocalJudge`'s default).
+    metrics.jsonl: one row per step (cut_readings and skipped_readings: see `judge_sft_step`).
+    judge/judge_warm_start.json: the config (sizes, seed, base, FORMAT, the digits, the prompt limit, the
+    rubric's sha1, and `record`: what the groups came from, e.g. envs and policies) and the totals of
+    cut and skipped readings.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -330,7 +381,9 @@ def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: Judg
         truncate_metrics(metrics, start)
     else:
         metrics.write_text("")  # rows of a run stopped before its first checkpoint are not kept
-    config = {"sizes": sizes.options(), "seed": seed, "base": base, "groups": len(groups), "steps": len(plan)}
+    config = {"sizes": sizes.options(), "seed": seed, "base": base, "groups": len(groups), "steps": len(plan),
+              "format": FORMAT, "digits": {"high": HIGH_DIGIT, "low": LOW_DIGIT}, "max_prompt_tokens": max_prompt_tokens,
+              "rubric_sha1": hashlib.sha1(rubric.encode()).hexdigest(), **(record or {})}
     held, completed = DeferredInterrupt(), start
     bar = tqdm(range(start + 1, len(plan) + 1), desc="judge warm start", initial=start, total=len(plan),
                disable=not progress)
@@ -342,7 +395,8 @@ def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: Judg
                 row = {"step": step, **judge_sft_step(judge, optimizer, plan[step - 1]), "lr": optimizer.param_groups[0]["lr"]}
                 log_metrics(metrics, row)
                 completed = step
-            bar.set_postfix(loss=f"{row['loss']:.2f}", right=f"{row['digit_accuracy']:.2f}")
+            bar.set_postfix(loss=f"{row['loss']:.2f}", right=f"{row['digit_accuracy']:.2f}", cut=row["cut_readings"],
+                            skipped=row["skipped_readings"])
             if held.pending:
                 raise KeyboardInterrupt
             if step % save_every == 0 and step < len(plan):
@@ -354,7 +408,9 @@ def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: Judg
     finally:
         bar.close()
     save_model(judge.model, judge.tokenizer, final)
-    (final / "judge_warm_start.json").write_text(json.dumps(config, indent=1))
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    totals = {k: sum(row.get(k, 0) for row in rows) for k in ("cut_readings", "skipped_readings")}
+    (final / "judge_warm_start.json").write_text(json.dumps({**config, **totals}, indent=1))
     shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)  # the optimizer state is twice the judge: not kept
     return final
 
@@ -363,8 +419,10 @@ def judge_warm_start(run_dir: str | Path, *, envs: tuple[str, ...] = TRAIN_ENVS,
                      policies: dict[str, str] | None = None, seed: int = 0, rubric: str = DEFAULT_RUBRIC,
                      device: str | None = None, progress: bool = True) -> Path:
     """Build the training groups of every env in `envs` (train tasks; cached in run_dir/groups-<env>.jsonl),
-    then `train_judge` on all of them. policies: env -> policy name or path (default: `policy_warm_start(env)`). Returns the trained judge's folder (run_dir/judge); an existing one is returned
-    as it is."""
+    then `train_judge` on all of them. policies: env -> policy name or path (default: `policy_warm_start(env)`).
+    Returns the trained judge's folder (run_dir/judge); an existing one is returned as it is. Its
+    judge_warm_start.json records the envs and policies (a benchmark reads them to keep its held-out
+    environments held out)."""
     run_dir = Path(run_dir)
     sizes = sizes or JUDGE_WARM_START["fast" if fast_mode() else "full"]
     if (run_dir / "judge" / "config.json").exists():
@@ -378,17 +436,27 @@ def judge_warm_start(run_dir: str | Path, *, envs: tuple[str, ...] = TRAIN_ENVS,
         if len(found) < sizes.groups_per_env:
             print(f"{env}: {len(found)} groups with a failed rollout (asked for {sizes.groups_per_env})")
         groups += found
-    return train_judge(run_dir, groups, sizes, seed=seed, rubric=rubric, device=device, progress=progress)
+    record = {"envs": list(envs), "policies": {env: str((policies or {}).get(env) or f"policy_warm_start({env!r})")
+                                               for env in envs},
+              "rollout_turns": {env: ROLLOUT_TURNS.get(env, DEFAULT_TURNS) for env in envs},
+              "light_warm_start": LIGHT_WARM_START if not fast_mode() else None}
+    return train_judge(run_dir, groups, sizes, seed=seed, rubric=rubric, device=device, record=record,
+                       progress=progress)
 
 
 def ensure_judge_warm_start(**options: Any) -> Path:
     """The judge warm start for these options (`judge_warm_start`'s keywords; sizes default to the mode's
-    `JUDGE_WARM_START`), trained once under runs/judge_warm_start/judge-<hash of the options> and reused
-    afterwards. Returns the folder to give `LocalJudge`."""
+    `JUDGE_WARM_START`), trained once under runs/judge_warm_start/judge-<hash> and reused afterwards.
+    Returns the folder to give `LocalJudge`. The hash covers the options (the rubric by its sha1, the
+    default one too, and the default envs) and what the code makes of them: FORMAT, ROLLOUT_TURNS,
+    LIGHT_WARM_START, the target digits and the prompt limit."""
     sizes = options.pop("sizes", None) or JUDGE_WARM_START["fast" if fast_mode() else "full"]
     key_options = {k: v for k, v in options.items() if k not in ("progress", "device")}
-    if "rubric" in key_options:
-        key_options["rubric"] = hashlib.sha1(key_options["rubric"].encode()).hexdigest()
-    key = json.dumps({"sizes": sizes.options(), **key_options}, sort_keys=True, default=list)
+    key_options["rubric"] = hashlib.sha1(key_options.get("rubric", DEFAULT_RUBRIC).encode()).hexdigest()
+    key_options.setdefault("envs", TRAIN_ENVS)
+    code = {"format": FORMAT, "rollout_turns": ROLLOUT_TURNS, "default_turns": DEFAULT_TURNS,
+            "light_warm_start": [LIGHT_WARM_START, LIGHT_WARM_START_ENVS], "digits": [HIGH_DIGIT, LOW_DIGIT],
+            "max_prompt_tokens": JUDGE_PROMPT_TOKENS}
+    key = json.dumps({"sizes": sizes.options(), **key_options, **code}, sort_keys=True, default=list)
     path = runs_dir() / "judge_warm_start" / f"judge-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     return judge_warm_start(path, sizes=sizes, **options)

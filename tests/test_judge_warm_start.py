@@ -1,18 +1,22 @@
 """The judge warm start (issue 19): its groups are labelled by the verifier and hold a warm-started policy's
 failed rollouts; its readings put every trajectory at every position; training moves the forced-position
-scores toward the labels and survives a Ctrl+C; the judge_quality benchmark's tiny size prints intervals.
+scores toward the labels and survives a Ctrl+C; a prompt the judge cuts is trained on and counted, one it
+rejects is skipped and counted; a groups cache with an unfinished last line is read; the judge_quality
+benchmark's tiny size prints intervals, and a bad --judge stops it before any model loads.
 The model is the real embedded one, at tiny sizes."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
 import json
 import math
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from course_lib.envs import load_tasks, make_env
 from course_lib.judge import LocalJudge, score_group
@@ -22,6 +26,7 @@ from course_lib.judge_warm_start import (
     LOW_DIGIT,
     JudgeWarmStartSizes,
     judge_readings,
+    judge_sft_step,
     labelled_groups,
     train_judge,
 )
@@ -93,6 +98,48 @@ def test_groups_are_verifier_labelled_and_hold_failed_warm_start_rollouts(tmp_pa
     assert [[t.messages for t in g] for g in again] == [[t.messages for t in g] for g in groups]
 
 
+def _record(task_id: str, answers: list[tuple[str, float, str]]) -> dict:
+    """A cached group record (as labelled_groups writes it) of one-turn trajectories."""
+    prefix = [{"role": "system", "content": "s"}, {"role": "user", "content": "Where does Ada live?"}]
+    return {"env": "lookup", "task_id": task_id,
+            "trajectories": [{"messages": prefix + [{"role": "assistant", "content": f"<answer>{a}</answer>"}],
+                              "reward": r, "source": source, "truncated": False} for a, r, source in answers]}
+
+
+def test_an_unfinished_last_line_of_the_groups_cache_is_dropped_not_fatal(tmp_path):
+    """A run killed while writing a chunk leaves half a JSON line: the next call reads the chunks before it
+    (no policy loads: the name does not exist) and removes the half line, so the next append starts clean."""
+    cache = tmp_path / "groups.jsonl"
+    chunk = {"start": 0, "groups": [_record("t1", [("Oslo", 1.0, "expert"), ("Rome", 0.0, "policy")])]}
+    cache.write_text(json.dumps(chunk) + "\n" + json.dumps({"start": 2, "groups": []})[:9])
+    groups = labelled_groups("lookup", 1, policy=str(tmp_path / "no-such-policy"), chunk=2, cache=cache, progress=False)
+    assert [[t.reward for t in g] for g in groups] == [[1.0, 0.0]]
+    assert [t.info for t in groups[0]] == [{"source": "expert", "truncated": False}, {"source": "policy", "truncated": False}]
+    assert cache.read_text() == json.dumps(chunk) + "\n"
+
+
+def test_training_cuts_prompts_as_the_judge_scores_and_skips_a_rejected_one():
+    """The training prompt limit is LocalJudge's own default. One step on three readings with a 400-token limit:
+    a short one, one whose trajectories are cut (trained on, counted) and one whose rubric alone is over
+    the limit (rejected: skipped, counted); the update is still taken, on the two readings left."""
+    default = inspect.signature(LocalJudge).parameters["max_prompt_tokens"].default
+    assert inspect.signature(train_judge).parameters["max_prompt_tokens"].default == default
+    judge = LocalJudge(dtype="bf16-autocast", max_prompt_tokens=400)
+    short, long = ([Trajectory("t", "g", f"g#{k}", [{"role": "system", "content": "s"},
+                                                     {"role": "user", "content": "Where does Ada live?"},
+                                                     {"role": "assistant", "content": f"<answer>{a}</answer>"}],
+                               [], reward=r) for k, (a, r) in enumerate([(city, 1.0), ("Rome", 0.0)])]
+                   for city in ("Oslo", "Oslo " + "and then some more words " * 80))
+    readings = (judge_readings([short], orders=1, rubric=SHORT_RUBRIC) + judge_readings([long], orders=1, rubric=SHORT_RUBRIC)
+                + judge_readings([short], orders=1, rubric=SHORT_RUBRIC + " Be careful." * 150))
+    assert [len(judge._prompt_ids(r.messages)) > 400 for r in readings] == [False, True, True]
+    weight = next(judge.model.parameters()).detach().clone()
+    optimizer = torch.optim.AdamW(judge.model.parameters(), lr=1e-5)
+    row = judge_sft_step(judge, optimizer, readings)
+    assert (row["cut_readings"], row["skipped_readings"], row["skipped"]) == (1, 1, False)
+    assert math.isfinite(row["loss"]) and not torch.equal(weight, next(judge.model.parameters()))
+
+
 def _answer_groups(tokenizer) -> list[list[Trajectory]]:
     """Two lookup groups: the expert, the expert's episode ending in another agent's city, and a guess of that
     city without a lookup; rewards from the verifier (1, 0, 0)."""
@@ -159,20 +206,48 @@ def test_benchmark_tiny_size_prints_each_measure_with_its_interval(tmp_path, mon
     standing in for both the rolling-out policy and the warm-started judge (so no warm start is trained)."""
     monkeypatch.setenv("COURSE_FAST", "1")
     monkeypatch.setenv("COURSE_RUNS", str(tmp_path / "runs"))
-    spec = importlib.util.spec_from_file_location("judge_quality_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "judge_quality_benchmark", module)
-    spec.loader.exec_module(module)
+    module = _benchmark_module(monkeypatch)
     rows = module.main(["--envs", "", "--held-out", "lookup", "--policy", "smollm2-135m", "--judge", "smollm2-135m",
                         "--group-size", "2", "--max-new-tokens", "24", "--out", str(tmp_path / "out.json")])
     printed = capsys.readouterr().out
     assert "pairwise accuracy" in printed and "Kendall tau-b" in printed and "failure rate" in printed
+    assert "policy-only acc." in printed and "have a turn cut at 24 tokens" in printed
     assert [(r["env"], r["tasks"], r["judge_label"]) for r in rows] == [("lookup", "all", "base"),
                                                                          ("lookup", "all", "warm-started")]
     for r in rows:
-        assert r["groups"] == 2 and r["pairs"] == 2  # the expert and a failed rollout per group
+        assert r["groups"] == 2 and r["pairs"] == 2 and r["mixed_groups"] == 2  # the expert and a failed rollout
+        assert r["policy_pairs"] == 0 and math.isnan(r["policy_pairwise_accuracy"])  # one policy rollout per group
         low, high = r["pairwise_accuracy_ci"]
         assert low <= r["pairwise_accuracy"] <= high
         assert r["failure_rate_ci"][0] <= r["failure_rate"] <= r["failure_rate_ci"][1]
         assert f"{r['pairwise_accuracy']:.2f} [{low:.2f}, {high:.2f}]" in printed
-    assert (tmp_path / "out.json").exists()
+    assert json.loads((tmp_path / "out.json").read_text())[1]["judge_label"] == "warm-started"
+
+
+def _benchmark_module(monkeypatch):
+    spec = importlib.util.spec_from_file_location("judge_quality_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "judge_quality_benchmark", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_stops_before_any_model_loads_on_a_bad_judge_or_a_trained_held_out_env(tmp_path, monkeypatch):
+    """A --judge folder without config.json, and a judge whose judge_warm_start.json lists the --held-out env,
+    each stop the benchmark with a message before a group is built or a model is loaded."""
+    import course_lib.models
+
+    module = _benchmark_module(monkeypatch)
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("loaded a model or built groups before checking --judge")
+
+    monkeypatch.setattr(course_lib.models, "load_policy", no_load)
+    monkeypatch.setattr(module, "labelled_groups", no_load)
+    with pytest.raises(SystemExit, match="config.json does not exist"):
+        module.main(["--judge", str(tmp_path / "missing"), "--held-out", "lookup"])
+    (tmp_path / "judge").mkdir()
+    (tmp_path / "judge" / "config.json").write_text("{}")
+    (tmp_path / "judge" / "judge_warm_start.json").write_text(json.dumps({"envs": ["search_qa", "lookup"]}))
+    with pytest.raises(SystemExit, match="the judge trained on it"):
+        module.main(["--judge", str(tmp_path / "judge"), "--envs", "search_qa", "--held-out", "lookup"])

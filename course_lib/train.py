@@ -375,8 +375,9 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
                 sums["entropy"] += entropy(logits.detach()) * weight
                 sums["sampler_logprob_gap"] += sampler_gap(batch, logprobs) / max(1, n_items)
         unscale_gradients(params, scale)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-        if not (math.isfinite(total_loss) and math.isfinite(grad_norm)):
+        grad_norm, *head_norm = [float(torch.nn.utils.clip_grad_norm_(g["params"], config.max_grad_norm))
+                                 for g in optimizer.param_groups]  # apart: V's norm must not shrink π's step
+        if not (math.isfinite(total_loss) and all(map(math.isfinite, [grad_norm, *head_norm]))):
             optimizer.zero_grad(set_to_none=True)  # skip: one bad batch must not poison the weights
             out["nonfinite"] = True
             break
@@ -387,7 +388,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
         torch.cuda.synchronize(device)  # the last optimizer step is queued, not done, until this returns
     seconds = time.perf_counter() - t0
     out.update({"loss": total_loss, "grad_norm": grad_norm, **dict(sums), "seconds_update": seconds,
-                "tokens_per_s": real * config.ppo_epochs / seconds})
+                "tokens_per_s": real * config.ppo_epochs / seconds, **dict(zip(["value_grad_norm"], head_norm))})
     return out
 
 
@@ -532,9 +533,8 @@ def train(config: TrainConfig, *, judge: Any = None, reward_fn: Callable[[Trajec
     hooks = Hooks(reward_fn=reward_fn, turn_reward_fn=turn_reward_fn, judge=judge, loss_hook=loss_hook)
     _check(config, judge)
     train_tasks, test_tasks = config_tasks(config)  # before the model loads: a bad name or filter fails at once
-    run_dir = Path(config.run_dir)
+    run_dir, metrics_path = Path(config.run_dir), Path(config.run_dir) / "metrics.jsonl"
     run_dir.mkdir(parents=True, exist_ok=True)
-    metrics_path = run_dir / "metrics.jsonl"
     run = _load_run(config, run_dir, metrics_path)
     (run_dir / "config.json").write_text(json.dumps(config.to_json(), indent=1))
     if run.start < config.steps:

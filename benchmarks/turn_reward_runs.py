@@ -45,7 +45,11 @@ from course_lib.models import course_threads
 from course_lib.notebook import WARM_START, mixed_hop_tasks, search_qa_warm_start_options
 from course_lib.sft import ensure_warm_start
 from course_lib.train import TrainConfig, train
-from course_lib.turn_rewards import evidence_turn_rewards, question_echo_turn_rewards
+from course_lib.turn_rewards import (
+    answer_evidence_turn_rewards,
+    evidence_turn_rewards,
+    question_echo_turn_rewards,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from credit_shootout import machine, paired_comparison  # noqa: E402  (the shoot-out's statistics, one place)
@@ -55,6 +59,7 @@ ARMS: dict[str, tuple[str, Callable | None]] = {  # name -> (credit method, turn
     "outcome": ("outcome", None),
     "turn_dense, evidence (aligned)": ("turn_dense", evidence_turn_rewards),
     "turn_dense, echo (misaligned)": ("turn_dense", question_echo_turn_rewards),
+    "turn_dense, answer evidence (aligned)": ("turn_dense", answer_evidence_turn_rewards),
 }
 BASELINE = "outcome"
 

@@ -62,6 +62,24 @@ def evidence_turn_rewards(trajectory: Trajectory, bonus: float = BONUS) -> list[
     return rewards
 
 
+def answer_evidence_turn_rewards(trajectory: Trajectory, bonus: float = BONUS) -> list[float]:
+    """r_t = process_reward(step_t) + bonus on the first search whose results show the sentence that holds the
+    answer (the task's last evidence sentence), − bonus on every search after it, else process_reward(step_t).
+
+    Aligned, and it does not make answering costly: once the answer is in view, only answering helps the
+    verifier, so a further search is charged; the first hop (which the warm start already takes) earns nothing.
+    """
+    answer_sentence, in_view, rewards = _evidence_texts(trajectory.task_id)[-1], False, []
+    for step in trajectory.steps:
+        is_search, extra = _query(step) is not None, 0.0
+        if is_search and in_view:
+            extra = -bonus
+        elif is_search and answer_sentence in step.observation_text:
+            in_view, extra = True, bonus
+        rewards.append(process_reward(step) + extra)
+    return rewards
+
+
 def question_echo_turn_rewards(trajectory: Trajectory, bonus: float = BONUS) -> list[float]:
     """r_t = process_reward(step_t) + bonus if turn t is a search whose query shares a word (of 3+ letters)
     with the question, else process_reward(step_t)."""

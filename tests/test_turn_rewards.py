@@ -14,7 +14,12 @@ from course_lib.protocol import format_answer, format_tool_call
 from course_lib.rollout import expert_rollout
 from course_lib.train import Hooks, TrainConfig, make_batch
 from course_lib.trajectory import TrajectoryGroup
-from course_lib.turn_rewards import BONUS, evidence_turn_rewards, question_echo_turn_rewards
+from course_lib.turn_rewards import (
+    BONUS,
+    answer_evidence_turn_rewards,
+    evidence_turn_rewards,
+    question_echo_turn_rewards,
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +60,19 @@ def test_repeating_a_search_earns_the_echo_bonus_again_but_no_new_evidence(token
     t = scripted(tokenizer, task, [search, search, format_answer("unknown")])
     assert evidence_turn_rewards(t) == pytest.approx([BONUS, 0.0, 0.0])
     assert question_echo_turn_rewards(t) == pytest.approx([BONUS, BONUS, 0.0])
+
+
+def test_the_answer_evidence_reward_pays_the_second_hop_and_charges_searching_on(tokenizer, task):
+    (expert,) = expert_rollout(tokenizer, "search_qa", [task], max_turns=4)
+    assert answer_evidence_turn_rewards(expert) == pytest.approx([0.0, BONUS, 0.0])
+    person, city = task["chain"]
+    first, second = format_tool_call("search", {"query": person}), format_tool_call("search", {"query": city})
+    t = scripted(tokenizer, task, [first, second, second, first])  # the answer in view at turn 1, never given
+    assert answer_evidence_turn_rewards(t) == pytest.approx([0.0, BONUS, -BONUS, -BONUS])
+    group = failed_group(tokenizer, task)
+    inputs = CreditInputs.of(group.trajectories, turn_rewards=[answer_evidence_turn_rewards(t) for t in group])
+    second_hop, one_search, repeat = advantages("turn_dense", inputs).advantages
+    assert second_hop[1] > 0 > repeat[1] and second_hop[0] > one_search[0]
 
 
 def test_malformed_turns_keep_the_process_penalty(tokenizer, task):

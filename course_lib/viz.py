@@ -342,7 +342,7 @@ def credit_table(
                  `credit.process_reward`: −0.1 for a malformed action or tool error) mixed with `weight`, γ = gamma
         critic   turn-level `gae`(γ = gamma, λ = lam) on the per-turn rewards plus R(τ) on the last turn, with
                  values V = `values(trajectory)` (one per turn); without a trained value head V = 0, so A_t is
-                 the λ-discounted return. Not whitened (the trainer whitens over its whole batch).
+                 the λ-discounted return. Not whitened (the critic's default, as in training).
     `options`: further options of the credit methods (see `credit.advantages`).
     Trajectories are grouped by `group_id`. Values are rounded to `digits` (deterministic output).
     """

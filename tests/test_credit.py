@@ -392,7 +392,8 @@ def test_advantages_of_each_method_are_the_functions_of_this_module():
                gae([1.0], [0.3], lam=0.9)]  # the turn rewards, plus R(τ) on the last turn
     assert [a.tolist() for a in critic.advantages] == [approx(a.tolist()) for a, _ in by_hand]
     assert [r.tolist() for r in critic.returns] == [approx(r.tolist()) for _, r in by_hand]
-    whitened = torch.cat(advantages("critic", inputs, gae_lambda=0.9).advantages)
+    assert torch.equal(torch.cat(advantages("critic", inputs, gae_lambda=0.9).advantages), torch.cat(critic.advantages))
+    whitened = torch.cat(advantages("critic", inputs, gae_lambda=0.9, whiten=True).advantages)
     assert whitened.mean().item() == approx(0.0) and whitened.std().item() == approx(1.0, abs=1e-4)
 
 

@@ -66,7 +66,7 @@ def test_a_failed_turn_judging_does_not_reach_the_other_groups_advantages(policy
         return turn_values(model, value_head, ts, token_budget=2048, device=torch.device(TEST_DEVICE),
                            autocast_dtype=None)
 
-    batch = make_batch(groups, [], TrainConfig(credit="critic", turn_reward="judge"),
+    batch = make_batch(groups, [], TrainConfig(credit="critic", turn_reward="judge", credit_options={"whiten": True}),
                        Hooks(judge=FailsOneTrajectory()), values_of=values_of)
     assert batch.skipped["turn_judge_failed"] == ["g0"] and len(batch.trajectories) == 2
     assert _finite(batch.advantages) == [True, True] and _finite(batch.returns) == [True, True]

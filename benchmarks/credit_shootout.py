@@ -363,8 +363,10 @@ def machine() -> str:
 
 
 def finished_results(size: str) -> list[dict]:
-    """Every finished run of this preset, from earlier invocations and other workers too."""
-    return [json.loads(p.read_text()) for p in sorted(preset_dir(size).glob("*/*/seed*/result.json"))]
+    """Every finished run of this preset, from earlier invocations and other workers too. Only runs in their
+    method's own folder count: a folder moved aside (e.g. `critic_whitened`, an older variant) is ignored."""
+    found = ((p, json.loads(p.read_text())) for p in sorted(preset_dir(size).glob("*/*/seed*/result.json")))
+    return [r for p, r in found if p == run_dir_of(size, r["env"], r["method"], r["seed"]) / "result.json"]
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -93,6 +93,9 @@ def test_report_from_partial_results(shootout, tmp_path):
         run_dir.mkdir(parents=True)
         curve = [[0, 0.5], [1, sum(outcomes) / 2]]
         (run_dir / "result.json").write_text(json.dumps(fake_result("gridworld", method, seed, curve, outcomes)))
+    aside = env_dir / "turn_older_variant" / "seed1"  # a folder moved aside: its run is not counted
+    aside.mkdir(parents=True)
+    (aside / "result.json").write_text(json.dumps(fake_result("gridworld", "turn", 1, [[0, 0.5], [1, 1.0]], [1, 1])))
     out = shootout.main(["--size", "tiny", "--report", "--out", str(tmp_path / "results")])
     table = out["markdown"].read_text()
     assert "| gridworld | outcome | 3 | 0: 0.500, 1: 0.667 | 0.667 | 0.289 | 0: 0.500, 1: 1.000, 2: 0.500 | 2.00 |" in table

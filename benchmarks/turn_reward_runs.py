@@ -7,9 +7,10 @@ reward, where success is rare, repeated over seeds.
     python benchmarks/turn_reward_runs.py --report              # only rewrite the results file
     COURSE_FAST=1 python benchmarks/turn_reward_runs.py --size tiny --seeds 0   # smoke size (seconds per run)
 
-The three arms are the runs of notebook 07: `outcome`; `turn_dense, evidence (aligned)` (credit "turn_dense",
-`course_lib.turn_rewards.evidence_turn_rewards`); `turn_dense, echo (misaligned)` (`question_echo_turn_rewards`). They
-start from the notebook's sparse warm start (28 one-hop + 4 two-hop demonstrations, the small recipe of
+The first three arms are the runs of notebook 07: `outcome`; `turn_dense, evidence (aligned)` (credit "turn_dense",
+`course_lib.turn_rewards.evidence_turn_rewards`); `turn_dense, echo (misaligned)` (`question_echo_turn_rewards`); a
+fourth, `turn_dense, answer evidence (aligned)` (`answer_evidence_turn_rewards`), is the candidate to replace the
+first aligned one. They start from the notebook's sparse warm start (28 one-hop + 4 two-hop demonstrations, the small recipe of
 `WARM_START["fast"]`), train on two-hop search_qa and are evaluated greedily on the first held-out two-hop
 questions. A seed gives every arm the same tasks at every step. The warm start's evaluation (step 0) is
 computed once per size.

@@ -388,7 +388,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
         torch.cuda.synchronize(device)  # the last optimizer step is queued, not done, until this returns
     seconds = time.perf_counter() - t0
     out.update({"loss": total_loss, "grad_norm": grad_norm, **dict(sums), "seconds_update": seconds,
-                "tokens_per_s": real * config.ppo_epochs / seconds, **dict(zip(["value_grad_norm"], head_norm))})
+                "tokens_per_s": real * config.ppo_epochs / seconds, **({"value_grad_norm": head_norm[0]} if head_norm else {})})
     return out
 
 

@@ -1,4 +1,4 @@
-"""Two hand-written turn rewards for search_qa: one that agrees with the verifier, one that only looks like it.
+"""Hand-written turn rewards for search_qa: two that agree with the verifier, one that only looks like it.
 
 Both start from the course's default process reward (`credit.process_reward`: −0.1 for a malformed action
 or a tool error) and add a bonus for turns that look like progress:
@@ -6,6 +6,9 @@ or a tool error) and add a bonus for turns that look like progress:
     evidence_turn_rewards       +bonus when a search shows, for the first time in the episode, a sentence
                                 the answer needs (one of the task's evidence sentences). Aligned: every
                                 hop of the question has to find its sentence.
+    answer_evidence_turn_rewards  +bonus for the search that first shows the sentence holding the answer,
+                                −bonus for every search after it. Aligned, and answering is never the
+                                costlier choice once the answer is in view.
     question_echo_turn_rewards  +bonus when a search's query repeats a word of the question ("stay on
                                 topic"). Misaligned: the first hop's name is in the question, the second
                                 hop's city is not, so it pays for searching the person again and nothing

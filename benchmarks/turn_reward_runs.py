@@ -99,7 +99,7 @@ def size_dir(size: str) -> Path:
 
 
 def run_dir_of(size: str, arm: str, seed: int) -> Path:
-    return size_dir(size) / arm.split(" (")[0].replace(", ", "_") / f"seed{seed}"
+    return size_dir(size) / arm.split(" (")[0].replace(", ", "_").replace(" ", "_") / f"seed{seed}"
 
 
 def warm_start_of(preset: Preset) -> Path:

@@ -495,15 +495,20 @@ def plot_learning_curves(curves: dict[str, Sequence[tuple[float, float, float, f
                          figsize: tuple[float, float] = (6.0, 3.6)):
     """One line per method with its interval shaded: curves = {method: [(step, mean, lo, hi), ...]}.
 
-    Colours come from `method_color`, so "outcome" is blue in notebook 05 and in notebook 08.
+    Colours come from `method_color`, so "outcome" is blue in notebook 05 and in notebook 08; a second curve
+    of the same colour (two variants of one method) takes the first unused extra colour.
     Returns the matplotlib Axes (end the line with `;` to hide its text repr).
     """
     ax = _axes(ax, figsize)
+    used: set[str] = set()
     for name, points in curves.items():
         if not points:
             continue
         steps, means, los, his = zip(*sorted(points))
         color = method_color(name)
+        if color in used:  # two variants of one method ("turn (aligned)", "turn (misaligned)"): tell them apart
+            color = next((c for c in _EXTRA_COLORS if c not in used), color)
+        used.add(color)
         ax.plot(steps, means, marker="o", markersize=3, color=color, label=name)
         ax.fill_between(steps, los, his, color=color, alpha=0.18, linewidth=0)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)

@@ -213,6 +213,9 @@ def test_plots_have_titles_labels_and_fixed_colours():
                                                                               viz.METHOD_COLORS["gigpo"]]
     assert len(ax.collections) == 2  # one shaded interval per method
     assert viz.method_color("gigpo (ω=0.5)") == viz.METHOD_COLORS["gigpo"]
+    variants = {"turn (aligned)": curves["outcome"], "turn (misaligned)": curves["gigpo"]}  # one method, two curves
+    colours = [mcolors.to_hex(line.get_color()) for line in viz.plot_learning_curves(variants, "two variants").get_lines()]
+    assert colours[0] == viz.METHOD_COLORS["turn"] and colours[1] in viz._EXTRA_COLORS
     extra = viz.method_color("my method")  # not a known method: one of the extra colours, the same in every process
     assert extra in viz._EXTRA_COLORS and extra not in viz.METHOD_COLORS.values()
     other = subprocess.run([sys.executable, "-c", "from course_lib import viz; print(viz.method_color('my method'))"],

@@ -11,7 +11,8 @@ Two ways to judge, and the caller picks one by name (nothing swaps them behind i
 
   - **forced** (``method == "group_forced"``, the default for a backend that gives next-token
     probabilities: `LocalJudge`, or an endpoint with the completions API's logprobs): the judge
-    writes nothing. Its answer is forced to start ``Scores:\nid t3f2: `` and the score is the expected
+    writes nothing. Its answer is forced to start ``Scores:\nid t3f2 (2 actions, last: ...): `` (each line
+    recalls its trajectory's ending, `score_line`) and the score is the expected
     digit under its next-token distribution, score = Σ_d d·P(d) / (9·Σ_d P(d)) over d = 0..9, read for
     every id (each line straight after the header, see `LocalJudge.forced_scores`). A read whose
     digits get less than `min_mass` of the probability fails the group: the judge was not answering.
@@ -249,15 +250,17 @@ def _yes_no(judge, messages: list[dict[str, str]], metrics: JudgeMetrics) -> flo
         metrics.seconds += time.perf_counter() - t0
 
 
-def _ask_forced(judge, messages: list[dict[str, str]], ids: list[str], *, min_mass: float,
+def _ask_forced(judge, messages: list[dict[str, str]], shown: dict[str, list[dict[str, str]]], *, min_mass: float,
                 metrics: JudgeMetrics) -> tuple[dict[str, tuple[float, str]] | None, str]:
-    """One forced-position read of a group: ({id: (score, explanation)}, "") or (None, why it failed).
+    """One forced-position read of a group (`shown`: {id: remainder} in the order read; each line recalls its
+    trajectory's ending, see `score_line`): ({id: (score, explanation)}, "") or (None, why it failed).
 
     Nothing is re-asked: the same prompt would give the same probabilities.
     """
     t0 = time.perf_counter()
+    ids = list(shown)
     try:
-        read = judge.forced_scores(messages, SCORES_HEADER, [score_line(i) for i in ids])
+        read = judge.forced_scores(messages, SCORES_HEADER, [score_line(i, r) for i, r in shown.items()])
         metrics.tokens += read.tokens
         found = {}
         for i, probs in zip(ids, read.digit_probs):
@@ -386,20 +389,21 @@ def _reads_forced(judge, answer: str) -> bool:
 def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubric: str = DEFAULT_RUBRIC,
                 judge=None, *, seed: int = 0, two_orders: bool = False, reverse: bool = False,
                 answer: str = "auto", min_mass: float = MIN_DIGIT_MASS, max_retries: int = 2,
-                cache_dir: str | Path | None = None, use_cache: bool = True, max_tokens: int = 512,
-                metrics: JudgeMetrics | None = None) -> GroupScores:
+                reference: str | None = None, cache_dir: str | Path | None = None, use_cache: bool = True,
+                max_tokens: int = 512, metrics: JudgeMetrics | None = None) -> GroupScores:
     """Score a group of trajectories relative to each other, the judge reading the whole group at once:
     one JudgeScore per trajectory, in input order.
 
     trajectories: `Trajectory` objects (or plain chat-message lists) of one task.
     judge: a backend (see `course_lib.judge_backends`) with ``name`` and ``forced_scores`` (forced reads)
     or ``complete`` (JSON answers).
-    answer: "forced" (``method == "group_forced"``: the judge's answer is forced to ``Scores:\nid <id>: ``
+    answer: "forced" (``method == "group_forced"``: the judge's answer is forced to ``Scores:\nid <id> (recap): ``
     and each score is the expected digit 0..9 at that position, divided by 9; see `expected_digit`),
     "json" (``method == "group_json"``: the judge writes a JSON list, re-asked at most `max_retries`
     times, each answer at most `max_tokens` long), or "auto": forced when the backend can read
     next-token probabilities (`LocalJudge`, an endpoint with completions logprobs), else json.
     min_mass: a forced read whose digits get less probability than this fails the group.
+    reference: the task's known answer, shown before the trajectories (a reference-guided judging), or None.
     seed: shuffles the order the judge reads the trajectories in (ids do not change with it).
     two_orders: also score in the reversed order and average both (twice the cost, less order bias).
     reverse: read the trajectories in the reversed order of the one `seed` draws: a second judging whose
@@ -420,10 +424,10 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
         for order in _reading_orders(list(remainders), seed, reverse, two_orders):
             shown = {i: remainders[i] for i in order}
             if forced:
-                result, why = _ask_forced(judge, forced_group_prompt(prefix, shown, rubric), order,
+                result, why = _ask_forced(judge, forced_group_prompt(prefix, shown, rubric, reference), shown,
                                           min_mass=min_mass, metrics=own)
             else:
-                result, why = _ask(judge, group_prompt(prefix, shown, rubric), order, key="id",
+                result, why = _ask(judge, group_prompt(prefix, shown, rubric, reference), order, key="id",
                                    max_retries=max_retries, max_tokens=max_tokens, metrics=own)
             if result is None:
                 return None, why
@@ -432,8 +436,9 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
                 for i in results[0]}, ""
 
     # the method is named in the key (v4: before, a backend's mode chose it); forced reads have their own
-    key = ("group-forced-v1", rubric, judge.name, seed, two_orders, reverse, min_mass) if forced else \
-        ("group-v4", rubric, judge.name, seed, two_orders, reverse)
+    # (forced v2: score lines recall each trajectory's ending; the reference is part of the prompt)
+    key = ("group-forced-v2", rubric, judge.name, seed, two_orders, reverse, min_mass, reference) if forced else \
+        ("group-v5", rubric, judge.name, seed, two_orders, reverse, reference)
     scores, ids = _judge_distinct(trajectories, ask, key, cache_dir=cache_dir, use_cache=use_cache, metrics=own)
     orders = _reading_orders(ids, seed, reverse, two_orders) if len(set(ids)) > 1 else []
     return _returned(scores, "group_forced" if forced else "group_json", own, metrics, ids=ids, orders=orders)

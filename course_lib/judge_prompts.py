@@ -42,6 +42,8 @@ Scores are numbers from 0 to 1."""
 TASK_QUESTION = "Question: did the agent complete the task correctly? Answer yes or no."
 TURN_QUESTION = ("Was the last action a useful, well-formed next step toward the goal, given what the agent knew? "
                  "Answer yes or no.")
+# A reference-guided group prompt shows the task's known answer (search_qa's, lookup's) before the trajectories.
+REFERENCE_TEXT = "The reference answer to this task (a correct final answer): {reference}"
 # Characters of one message shown to the judge; long tool outputs are cut in the middle.
 MAX_MESSAGE_CHARS = 1500
 
@@ -96,9 +98,13 @@ def as_conversation(item: Trajectory | list[dict[str, str]]) -> list[dict[str, s
 # ----- prompts -------------------------------------------------------------------------------------
 
 
-def _group_text(prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]]) -> str:
-    """The user message of a group prompt: the shared context once, each trajectory under its id, the ids."""
+def _group_text(prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]],
+                reference: str | None = None) -> str:
+    """The user message of a group prompt: the shared context once, the task's reference answer when there
+    is one (`REFERENCE_TEXT`), each trajectory under its id, the ids."""
     parts = ["All trajectories start from this shared context:", "<context>", render_messages(prefix), "</context>", ""]
+    if reference is not None:
+        parts += [REFERENCE_TEXT.format(reference=reference), ""]
     for i in remainders:
         parts += [f'<trajectory id="{i}">', render_messages(remainders[i]) or "(no further messages)",
                   "</trajectory>", ""]
@@ -107,13 +113,13 @@ def _group_text(prefix: list[dict[str, str]], remainders: dict[str, list[dict[st
 
 
 def group_prompt(prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]],
-                 rubric: str) -> list[dict[str, str]]:
+                 rubric: str, reference: str | None = None) -> list[dict[str, str]]:
     """The judge's messages: rubric and answer format (system), shared context once, then each trajectory by id."""
     example = ", ".join(f'{{"id": "{i}", "explanation": "...", "score": 0.0}}' for i in list(remainders)[:2])
     system = (f"You are a strict, fair judge of AI agent trajectories.\n\n{rubric}\n\n"
               f"Answer with a JSON list only, one entry per trajectory id, like [{example}, ...]. "
               f"Write the explanation (one short sentence) before the score.")
-    return [{"role": "system", "content": system}, {"role": "user", "content": _group_text(prefix, remainders)}]
+    return [{"role": "system", "content": system}, {"role": "user", "content": _group_text(prefix, remainders, reference)}]
 
 
 # The forced answer: the judge's answer starts with this header, then one `score_line(id)` per id, each
@@ -121,25 +127,42 @@ def group_prompt(prefix: list[dict[str, str]], remainders: dict[str, list[dict[s
 SCORES_HEADER = "Scores:\n"
 
 
-def score_line(trajectory_id: str) -> str:
-    """The forced start of one id's answer line ("id t3f2: "); the score digit comes next."""
-    return f"id {trajectory_id}: "
+# Characters of a trajectory's last action recalled on its score line.
+RECAP_CHARS = 80
+
+
+def score_line(trajectory_id: str, remainder: list[dict[str, str]] | None = None) -> str:
+    """The forced start of one id's answer line; the score digit comes next.
+
+    Without `remainder`: "id t3f2: ". With it (the trajectory's messages after the shared context), the line
+    recalls how many actions it took and its last action: 'id t3f2 (2 actions, last: <answer>Nadale</answer>): '.
+    A small judge reads poorly across a long prompt: at the score it would have to find the trajectory by
+    its id and then its ending; the recap puts the ending (and, with `REFERENCE_TEXT`, what to compare it
+    with) next to the digit. The whole trajectory is still in the prompt above.
+    """
+    if remainder is None:
+        return f"id {trajectory_id}: "
+    actions = [m for m in remainder if m["role"] == "assistant"]
+    last = " ".join(str(actions[-1].get("content", "")).split()) if actions else "none"
+    last = last if len(last) <= RECAP_CHARS else last[:RECAP_CHARS - 3] + "..."
+    return f"id {trajectory_id} ({len(actions)} action{'s' * (len(actions) != 1)}, last: {last}): "
 
 
 def forced_group_prompt(prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]],
-                        rubric: str) -> list[dict[str, str]]:
+                        rubric: str, reference: str | None = None) -> list[dict[str, str]]:
     """The group as in `group_prompt`, with an answer format of one line per id, ``id <id>: <digit>``.
 
     The digit d stands for the score d / 9 (0 useless, 9 perfect): a rubric's "scores from 0 to 1" is
     read on that scale. The judge never writes the answer: `course_lib.judge.score_group` forces
     `SCORES_HEADER` and each `score_line` and reads the digit's probabilities.
     """
-    example = f"{score_line('t5c')}8\n{score_line('t9e')}3"  # made-up ids: no score is suggested for a real one
+    # made-up ids and recaps (see `score_line`): no score is suggested for a real trajectory
+    example = "id t5c (3 actions, last: ...): 8\nid t9e (1 action, last: ...): 3"
     system = (f"You are a strict, fair judge of AI agent trajectories.\n\n{rubric}\n\n"
               f"Write each score as one digit from 0 (useless) to 9 (perfect): the digit d means the score d/9. "
               f"Answer with '{SCORES_HEADER.strip()}' and then one line per trajectory id, like:\n"
               f"{SCORES_HEADER}{example}")
-    return [{"role": "system", "content": system}, {"role": "user", "content": _group_text(prefix, remainders)}]
+    return [{"role": "system", "content": system}, {"role": "user", "content": _group_text(prefix, remainders, reference)}]
 
 
 def pointwise_prompt(prefix: list[dict[str, str]], remainder: list[dict[str, str]], rubric: str) -> list[dict[str, str]]:

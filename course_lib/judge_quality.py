@@ -76,13 +76,15 @@ def verifier_groups(env_name: str, n_groups: int, *, group_size: int = 4, n_expe
 
 
 def _judgings(trajectories: list[Trajectory], judge, method: str, *, seed: int, rubric: str, max_retries: int,
-              max_tokens: int, metrics: JudgeMetrics) -> list[GroupScores]:
+              max_tokens: int, metrics: JudgeMetrics, references: bool = True) -> list[GroupScores]:
     """The judgings of one group. group: twice, in a seeded order, then in that order reversed (two seeds
-    could draw the same order); pointwise: once, as it has no order."""
+    could draw the same order), reference-guided when `references` and the group's trajectories carry one
+    (``info["reference"]``); pointwise: once, as it has no order."""
     if method == "pointwise":
         return [score_pointwise(trajectories, rubric, judge, use_cache=False, metrics=metrics)]
+    reference = trajectories[0].info.get("reference") if references else None
     return [score_group(trajectories, rubric, judge, seed=seed, reverse=reverse, max_retries=max_retries,
-                        use_cache=False, max_tokens=max_tokens, metrics=metrics)
+                        reference=reference, use_cache=False, max_tokens=max_tokens, metrics=metrics)
             for reverse in (False, True)]
 
 
@@ -90,13 +92,15 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group
                     tokenizer=None, seed: int = 0, n_expert: int | None = None, split: str = "test",
                     max_retries: int = 2, rubric: str = DEFAULT_RUBRIC, max_new_tokens: int = 96,
                     judge_max_tokens: int = 512, groups: list[list[Trajectory]] | None = None,
-                    progress: bool = False) -> dict[str, Any]:
+                    references: bool = True, progress: bool = False) -> dict[str, Any]:
     """How well a judge agrees with a verifier, on groups that mix expert demonstrations and policy rollouts.
 
     Each group holds `n_expert` expert trajectories (default half) and the rest base-policy rollouts
     (temperature 1), so rewards vary inside groups (or pass `groups`, e.g. from `verifier_groups`).
     method: "group" (`score_group`: every group judged twice without the cache, in a seeded order,
-    then in that order reversed) or "pointwise" (`score_pointwise`: once, there is no order). Returns:
+    then in that order reversed) or "pointwise" (`score_pointwise`: once, there is no order).
+    references: group judgings are reference-guided where the trajectories carry the task's answer
+    (``info["reference"]``, set by `rollout` and `expert_rollout`); False hides it. Returns:
 
     * pairwise ranking accuracy (pairs with different rewards; judge ties count half) and mean
       within-group Kendall τ-b (scipy's default), from the first judging of each group where it
@@ -132,7 +136,7 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group
     for k, trajectories in enumerate(tqdm(groups, desc=f"judging ({name}, {method})", disable=not progress,
                                           leave=False)):
         runs = _judgings(trajectories, judge, method, seed=seed * 1000 + k * 2, rubric=rubric,
-                         max_retries=max_retries, max_tokens=judge_max_tokens, metrics=metrics)
+                         max_retries=max_retries, max_tokens=judge_max_tokens, metrics=metrics, references=references)
         tally.add(trajectories, runs)
     n, judgings = max(1, len(groups)), max(1, metrics.groups)
     return {

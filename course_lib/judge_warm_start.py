@@ -10,7 +10,8 @@ search_qa, scores rising with the position in the prompt). So it is taught, as a
   the verifier's reward, the expert's too. The negatives are the policy's own failures (a two-hop
   question answered with the first hop's city, a walk into a hole), not a base model's noise.
 * **the reading** (`judge_readings`): the judge is shown each group exactly as `score_group` shows it
-  (`group_layout`, `forced_group_prompt`, the answer forced to ``Scores:\\nid <id>: ``), in rotations of
+  (`group_layout`, `forced_group_prompt` with the task's reference answer where it has one, the answer
+  forced to ``Scores:\\nid <id> (recap): ``, see `score_line`), in rotations of
   a shuffled order. The shuffle never looks at the labels, so over the groups a success is as likely as
   a failure at every position: the position says nothing about the label and cannot be learned. Each
   trajectory itself stands at every position equally often only when `orders` is a multiple of the
@@ -18,7 +19,7 @@ search_qa, scores rising with the position in the prompt). So it is taught, as a
   opposite positions, which ones drawn by the shuffle).
 * **the loss** (`judge_sft_step`): at each id's forced position, cross-entropy toward a target digit
   ``d*(R) = LOW_DIGIT + (HIGH_DIGIT - LOW_DIGIT) * R``, rounded: 8 for a success (R = 1), 1 for a failure
-  (R = 0). Loss = mean over ids of -log P(d* | prompt, "Scores:\\n", "id <id>: "); no other token is
+  (R = 0). Loss = mean over ids of -log P(d* | prompt, "Scores:\\n", "id <id> (recap): "); no other token is
   trained. Why 8 and 1 rather than 9 and 0: the verifier only says pass or fail, while the rubric asks for
   more (fewer wasted steps among successes, partial credit among failures); targets one step in from the
   ends keep the expected digit off its bounds, so the judge can still order two successes, and a reward
@@ -73,7 +74,7 @@ DEFAULT_TURNS = 6
 # The version of what the code makes of the options: the groups' records, the rollouts, the readings' prompts
 # (here and in judge_prompts / judge.group_layout) and the targets. Bump it on any such change: it is part of
 # every cache key (`ensure_judge_warm_start`, benchmarks/judge_quality.py), so old caches are not reused.
-FORMAT = 1
+FORMAT = 2  # 2: reference-guided prompts (`task_reference`), score lines that recall each trajectory's ending
 # The judge is trained on prompts cut as `LocalJudge` cuts them when it scores: one limit, LocalJudge's default.
 JUDGE_PROMPT_TOKENS: int = LocalJudge.__init__.__kwdefaults__["max_prompt_tokens"]
 
@@ -94,7 +95,9 @@ class JudgeWarmStartSizes(Sizes):
 
 JUDGE_WARM_START = {
     "fast": JudgeWarmStartSizes(groups_per_env=2, group_size=3, samples=2, epochs=1, orders=2, batch_size=2),
-    "full": JudgeWarmStartSizes(groups_per_env=64, group_size=4, samples=4, epochs=2, orders=2, batch_size=8),
+    "full": JudgeWarmStartSizes(groups_per_env=64, group_size=4, samples=4, epochs=1, orders=2, batch_size=8, lr=1e-4),
+    # notebook 09's learning mode: one environment (search_qa) and half the groups, a few minutes on a CPU
+    "notebook": JudgeWarmStartSizes(groups_per_env=32, group_size=4, samples=4, epochs=1, orders=2, batch_size=8, lr=1e-4),
 }
 
 
@@ -123,13 +126,26 @@ def _group_record(env: str, expert: Trajectory, rollouts: list[Trajectory], grou
                               "truncated": any(s.truncated for s in t.steps)} for t, source in members]}
 
 
+def task_reference(env: str, task_id: str) -> str | None:
+    """The task's reference answer (its "answer" field: search_qa, lookup, data_analysis), looked up among
+    the environment's train and test tasks; None where the task has none (gridworld)."""
+    if env not in _REFERENCES:
+        _REFERENCES[env] = {str(t["id"]): t.get("answer") for t in _split_tasks(env, "all")}
+    answer = _REFERENCES[env].get(str(task_id))
+    return None if answer is None else str(answer)
+
+
+_REFERENCES: dict[str, dict[str, Any]] = {}
+
+
 def as_trajectories(record: dict[str, Any]) -> list[Trajectory]:
-    """A cached group record as `Trajectory` objects (messages, reward; source and truncated in `info`; no
-    tokens), which `score_group` and `judge_agreement` take."""
+    """A cached group record as `Trajectory` objects (messages, reward; source, truncated and the task's
+    reference answer, `task_reference`, in `info`; no tokens), which `score_group` and `judge_agreement` take."""
     group_id = f"{record['env']}:{record['task_id']}"
+    reference = task_reference(record["env"], record["task_id"])
     return [Trajectory(task_id=record["task_id"], group_id=group_id, traj_id=f"{group_id}#{k}", messages=t["messages"],
                        prompt_ids=[], reward=t["reward"],
-                       info={"source": t["source"], "truncated": t.get("truncated", False)})
+                       info={"source": t["source"], "truncated": t.get("truncated", False), "reference": reference})
             for k, t in enumerate(record["trajectories"])]
 
 
@@ -232,10 +248,12 @@ def labelled_groups(env: str, n_groups: int, *, split: str = "train", policy: An
 
 @dataclass
 class Reading:
-    """One reading of a group: the judge's messages, the ids in the order read, and each id's target digit."""
+    """One reading of a group: the judge's messages, the ids in the order read, their forced score lines
+    (`score_line`: the id and a recap of its trajectory), and each id's target digit."""
 
     messages: list[dict[str, str]]
     ids: list[str]
+    lines: list[str]
     digits: list[int]
 
 
@@ -262,15 +280,17 @@ def judge_readings(groups: list[list[Trajectory]], *, orders: int, seed: int = 0
         for k in range(orders):
             shift = (k * n // orders) % n
             read = order[shift:] + order[:shift]
-            messages = forced_group_prompt(prefix, {i: remainders[i] for i in read}, rubric)
-            out.append(Reading(messages, read, [target_digit(sum(rewards[i]) / len(rewards[i])) for i in read]))
+            shown = {i: remainders[i] for i in read}
+            messages = forced_group_prompt(prefix, shown, rubric, group[0].info.get("reference"))
+            out.append(Reading(messages, read, [score_line(i, r) for i, r in shown.items()],
+                               [target_digit(sum(rewards[i]) / len(rewards[i])) for i in read]))
     return out
 
 
 def judge_sft_step(judge: LocalJudge, optimizer: torch.optim.Optimizer, readings: list[Reading], *,
                    max_grad_norm: float = 1.0) -> dict[str, float]:
     """One AdamW update of the judge's model on `readings`: loss = mean over readings of the mean over
-    their ids of −log P(target digit | the group, "Scores:\\n", "id <id>: "), the digits read as
+    their ids of −log P(target digit | the group, "Scores:\\n", "id <id> (recap): "), the digits read as
     `LocalJudge.forced_scores` reads them. Returns the loss, the share of ids whose most likely digit is
     on the right side of 4.5, and the mean expected score E[d]/9 of the ids with target > 4.5 and ≤ 4.5.
 
@@ -285,7 +305,7 @@ def judge_sft_step(judge: LocalJudge, optimizer: torch.optim.Optimizer, readings
     scale = loss_scale(getattr(model, "course_autocast", None))
     loss_sum, right, high, low, used, cut = 0.0, 0, [], [], 0, 0
     for r in readings:
-        lines = [score_line(i) for i in r.ids]
+        lines = r.lines
         try:
             logits, _ = judge.forced_logits(r.messages, SCORES_HEADER, lines)
         except JudgeRequestRejected:

@@ -120,10 +120,18 @@ def _start_episodes(tokenizer, envs: list[Environment], tasks: list[dict[str, An
                         {"role": "user", "content": first_observations[i * group_size + j]}]
             builder = TrajectoryBuilder(tokenizer, messages, task_id=str(task["id"]), group_id=group_id,
                                         traj_id=f"{group_id}#{j}", end_of_turn_id=eot)
+            _note_reference(builder.traj, task)
             episodes.append(_Episode(env, builder))
             members.append(builder.traj)
         groups.append(TrajectoryGroup(str(task["id"]), group_id, members))
     return episodes, groups
+
+
+def _note_reference(trajectory, task: dict[str, Any]) -> None:
+    """Keep the task's reference answer (its "answer" field, where it has one) in the trajectory's info: a
+    reference-guided judge shows it (`course_lib.judge.score_group(reference=...)`). Never in the context."""
+    if task.get("answer") is not None:
+        trajectory.info["reference"] = str(task["answer"])
 
 
 def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any]], group_size: int = 4,
@@ -226,6 +234,7 @@ def expert_rollout(tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
             messages = [{"role": "system", "content": env.system_prompt()}, {"role": "user", "content": obs}]
             b = TrajectoryBuilder(tokenizer, messages, task_id=str(task["id"]), group_id=f"{task['id']}@expert",
                                   traj_id=f"{task['id']}@expert#0", end_of_turn_id=eot)
+            _note_reference(b.traj, task)
             while True:
                 anchor = env.state_key()
                 ids = tokenizer(env.expert_action(), add_special_tokens=False)["input_ids"] + [eot]

@@ -98,6 +98,7 @@ class TrainConfig:
     mix_weight: float = 0.5  # reward="mix": weight of the judge score, 1 − weight on the verifier
     rubric: str | None = None  # judge rubric (None: the judge's default)
     judge_method: str = "group"  # "group" (score_group, score_turns) or "pointwise" (P(yes): score_pointwise...)
+    judge_reference: bool = False  # group judge: show the task's reference answer (info["reference"]) if it has one
     turn_reward: str = "process"  # methods that read turn rewards: "process" (turn_reward_fn) or "judge" (score_turns)
     turn_weight: float = 0.5  # credit="turn": A = A_outcome + turn_weight · A_turn
     gamma: float = 0.95  # GiGPO / turn credit discount of step returns (GiGPO's published γ)
@@ -197,16 +198,15 @@ def assign_rewards(groups: list[TrajectoryGroup], config: TrainConfig, hooks: Ho
     judge = _judge_module()
     score_fn = judge.score_pointwise if config.judge_method == "pointwise" else judge.score_group
     metrics = judge.JudgeMetrics()
-    failed = []
+    failed, w = [], 1.0 if config.reward == "judge" else config.mix_weight
     for g in groups:
-        kwargs = {"judge": hooks.judge, "metrics": metrics}
-        if config.rubric is not None:
-            kwargs["rubric"] = config.rubric
+        kwargs = {"judge": hooks.judge, "metrics": metrics, **({"rubric": config.rubric} if config.rubric else {})}
+        if config.judge_reference and config.judge_method == "group":
+            kwargs["reference"] = g.trajectories[0].info.get("reference")
         judged = score_fn(g.trajectories, **kwargs)
         if any(s.failed for s in judged):
             failed.append(g.group_id)
             continue
-        w = 1.0 if config.reward == "judge" else config.mix_weight
         for t, s in zip(g, judged):
             _set_reward(t, w * float(s.score) + (1 - w) * t.reward)
     return failed, metrics.as_row()

@@ -56,7 +56,7 @@ class ScriptedForced:
         order = [i for i, _ in blocks]
         probs = []
         for line in lines:
-            i = re.fullmatch(r"id (t[0-9a-f]+): ", line).group(1)
+            i = re.fullmatch(r"id (t[0-9a-f]+) \(.*\): ", line).group(1)
             digit = min(9, (9 if answer[i] == "Paris" else 2) + self.bias * order.index(i))
             probs.append(one_hot(digit, self.mass))
         return ForcedScores(probs, 100)
@@ -82,7 +82,7 @@ def test_forced_scores_follow_ids_and_the_result_records_the_order():
         assert scores.method == "group_forced" and not scores.failed
         assert [s.score for s in scores] == pytest.approx([2 / 9, 1.0, 2 / 9, 1.0])
         messages, header, lines = judge.reads[0]
-        assert header == "Scores:\n" and lines == [f"id {i}: " for i in scores.orders[0]]
+        assert header == "Scores:\n" and [line.split(" (")[0] for line in lines] == [f"id {i}" for i in scores.orders[0]]
         assert scores.ids[1] == scores.ids[3] and len(set(scores.ids)) == 3  # identical ones share an id
         assert sorted(scores.orders[0]) == sorted(set(scores.ids))
         assert [scores.orders[0][p] for p in scores.positions] == scores.ids
@@ -159,6 +159,30 @@ def test_forced_prompt_asks_for_digits_and_suggests_no_score_for_a_real_id():
     assert messages[1]["content"].endswith("Score every trajectory id: ta1, tb2.")
 
 
+def test_score_lines_recall_each_ending_and_a_reference_reaches_the_prompt_and_the_cache_key(tmp_path):
+    """Each forced line recalls its own trajectory (actions counted, last action) whatever the order; a
+    reference is shown once, after the shared context, and only when given; a different reference is a
+    different cache entry (never answered from a judging without it)."""
+    long_action = {"role": "assistant", "content": "<tool_call>" + "x" * 200 + "</tool_call>"}
+    assert score_line("ta1") == "id ta1: "
+    assert score_line("ta1", conv("Lyon")[2:]) == "id ta1 (1 action, last: <answer>Lyon</answer>): "
+    line = score_line("tb2", [long_action, {"role": "tool", "content": "r"}, long_action])
+    assert line.startswith("id tb2 (2 actions, last: <tool_call>xx") and line.endswith("...): ") and len(line) < 110
+    judge = ScriptedForced()
+    group = [conv("Paris"), conv("Lyon"), conv("Nice")]
+    plain = score_group(group, judge=judge, seed=3, cache_dir=tmp_path)
+    guided = score_group(group, judge=judge, seed=3, reference="Paris", cache_dir=tmp_path)
+    assert guided.metrics.cache_hits == 0 and len(judge.reads) == 2
+    (_, _, lines), (messages, _, _) = judge.reads
+    answer_of = {i: a for i, a in zip(plain.ids, ["Paris", "Lyon", "Nice"])}
+    assert [re.search(r"<answer>(.*?)</answer>", li).group(1) for li in lines] == [answer_of[i] for i in plain.orders[0]]
+    assert "reference answer" not in judge.reads[0][0][1]["content"]
+    text = messages[1]["content"]
+    assert text.count("(a correct final answer): Paris") == 1
+    assert text.index("</context>") < text.index("(a correct final answer)") < text.index("<trajectory")
+    assert [s.score for s in guided] == [s.score for s in plain]  # the scripted judge ignores it: same scores
+
+
 # ----- the real embedded model ----------------------------------------------------------------------------
 
 
@@ -193,7 +217,7 @@ def test_local_forced_group_scores_a_real_search_qa_group(policy, search_qa_pair
     order, prefix = scores.orders[0], shared_start(expert, swapped)
     remainders = {scores.ids[k]: m[len(prefix):] for k, m in enumerate([expert, swapped])}
     prompt = forced_group_prompt(prefix, {i: remainders[i] for i in order}, DEFAULT_RUBRIC)
-    read = judge.forced_scores(prompt, SCORES_HEADER, [score_line(i) for i in order])
+    read = judge.forced_scores(prompt, SCORES_HEADER, [score_line(i, remainders[i]) for i in order])
     for k in range(2):
         own_read = read.digit_probs[order.index(scores.ids[k])]
         assert scores[k].score == pytest.approx(expected_digit(own_read)[0], abs=1e-5)

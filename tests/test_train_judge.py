@@ -115,3 +115,40 @@ def test_the_command_line_has_no_judge_option_and_says_how_to_get_one(capsys, mo
         with pytest.raises(SystemExit) as stop:
             cli.main(argv)
         assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+class RecordsPrompts:
+    """A group judge that keeps every prompt it is shown and scores every id 5 (forced reads)."""
+
+    name = "records-prompts"
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def forced_scores(self, messages, header, lines):
+        from course_lib.judge import ForcedScores
+
+        self.prompts.append(messages[1]["content"])
+        return ForcedScores([[1.0 if d == 5 else 0.0 for d in range(10)] for _ in lines], 10)
+
+
+@pytest.mark.parametrize("judge_reference", [False, True])
+def test_the_trainer_shows_the_task_reference_to_the_group_judge_only_when_asked(tokenizer, judge_reference):
+    """expert_rollout (as rollout) keeps each task's answer in info["reference"], never in the messages;
+    reward="judge" with judge_reference=True passes it to the group judge, which shows it after the context."""
+    from course_lib.train import assign_rewards
+
+    tasks = load_tasks("search_qa", "train")[:2]
+    trajs = expert_rollout(tokenizer, "search_qa", tasks)
+    assert [t.info["reference"] for t in trajs] == [t["answer"] for t in tasks]
+    assert all(t["answer"] not in m["content"] for t, tr in zip(tasks, trajs) for m in tr.messages[:2])
+    wrong = [dict(m) for m in trajs[0].messages]
+    wrong[-1] = {"role": "assistant", "content": "<answer>Nowhere</answer>"}
+    other = type(trajs[0])(trajs[0].task_id, "g0", "g0#1", wrong, [], reward=0.0, info=dict(trajs[0].info))
+    trajs[0].group_id = "g0"
+    judge = RecordsPrompts()
+    config = TrainConfig(env="search_qa", reward="judge", judge_reference=judge_reference)
+    failed, _ = assign_rewards([TrajectoryGroup(trajs[0].task_id, "g0", [trajs[0], other])], config, Hooks(judge=judge))
+    assert failed == [] and len(judge.prompts) == 1
+    assert (f"(a correct final answer): {tasks[0]['answer']}" in judge.prompts[0]) is judge_reference
+    assert trajs[0].reward == other.reward == pytest.approx(5 / 9)

@@ -145,7 +145,8 @@ def as_trajectories(record: dict[str, Any]) -> list[Trajectory]:
     reference = task_reference(record["env"], record["task_id"])
     return [Trajectory(task_id=record["task_id"], group_id=group_id, traj_id=f"{group_id}#{k}", messages=t["messages"],
                        prompt_ids=[], reward=t["reward"],
-                       info={"source": t["source"], "truncated": t.get("truncated", False), "reference": reference})
+                       info={"source": t["source"], "truncated": t.get("truncated", False),
+                             **({"reference": reference} if reference is not None else {})})
             for k, t in enumerate(record["trajectories"])]
 
 

@@ -25,9 +25,11 @@ from course_lib.judge_warm_start import (
     HIGH_DIGIT,
     LOW_DIGIT,
     JudgeWarmStartSizes,
+    as_trajectories,
     judge_readings,
     judge_sft_step,
     labelled_groups,
+    task_reference,
     train_judge,
 )
 from course_lib.rollout import expert_rollout
@@ -104,6 +106,21 @@ def _record(task_id: str, answers: list[tuple[str, float, str]]) -> dict:
     return {"env": "lookup", "task_id": task_id,
             "trajectories": [{"messages": prefix + [{"role": "assistant", "content": f"<answer>{a}</answer>"}],
                               "reward": r, "source": source, "truncated": False} for a, r, source in answers]}
+
+
+def test_a_record_of_a_real_task_carries_its_reference_and_its_readings_show_it():
+    """A cached group of a real lookup task gets the task's answer as its reference (`task_reference`); each reading
+    shows it once, before the trajectories, and its score lines recall each trajectory's last action."""
+    task = load_tasks("lookup", "test")[0]
+    group = as_trajectories(_record(task["id"], [(task["answer"], 1.0, "expert"), ("Rome", 0.0, "policy")]))
+    assert [t.info["reference"] for t in group] == [str(task["answer"])] * 2
+    assert task_reference("gridworld", load_tasks("gridworld", "test")[0]["id"]) is None  # no answer: no reference
+    for r in judge_readings([group], orders=2):
+        text = r.messages[1]["content"]
+        assert text.count(f"(a correct final answer): {task['answer']}") == 1 and text.index("correct final") < text.index("<trajectory")
+        recalled = {i: line.split("last: <answer>")[1].split("</answer>")[0] for i, line in zip(r.ids, r.lines)}
+        assert sorted(recalled.values()) == sorted([str(task["answer"]), "Rome"])
+        assert [HIGH_DIGIT if recalled[i] == str(task["answer"]) else LOW_DIGIT for i in r.ids] == r.digits
 
 
 def test_an_unfinished_last_line_of_the_groups_cache_is_dropped_not_fatal(tmp_path):

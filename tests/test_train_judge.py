@@ -133,10 +133,15 @@ class RecordsPrompts:
 
 
 @pytest.mark.parametrize("judge_reference", [False, True])
-def test_the_trainer_shows_the_task_reference_to_the_group_judge_only_when_asked(tokenizer, judge_reference):
+def test_the_trainer_shows_the_task_reference_to_the_group_judge_only_when_asked(tokenizer, judge_reference, tmp_path,
+                                                                                 monkeypatch):
     """expert_rollout (as rollout) keeps each task's answer in info["reference"], never in the messages;
-    reward="judge" with judge_reference=True passes it to the group judge, which shows it after the context."""
+    reward="judge" with judge_reference=True passes it to the group judge, which shows it after the context.
+    The judge's disk cache is a fresh folder: an answer cached by an earlier run would skip the call."""
+    import course_lib.judge
     from course_lib.train import assign_rewards
+
+    monkeypatch.setattr(course_lib.judge, "_default_cache_dir", lambda: tmp_path)
 
     tasks = load_tasks("search_qa", "train")[:2]
     trajs = expert_rollout(tokenizer, "search_qa", tasks)

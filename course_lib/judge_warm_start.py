@@ -35,6 +35,7 @@ calling again resumes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -130,13 +131,14 @@ def _group_record(env: str, expert: Trajectory, rollouts: list[Trajectory], grou
 def task_reference(env: str, task_id: str) -> str | None:
     """The task's reference answer (its "answer" field: search_qa, lookup, data_analysis), looked up among
     the environment's train and test tasks; None where the task has none (gridworld)."""
-    if env not in _REFERENCES:
-        _REFERENCES[env] = {str(t["id"]): t.get("answer") for t in _split_tasks(env, "all")}
-    answer = _REFERENCES[env].get(str(task_id))
+    answer = _answers(env).get(str(task_id))
     return None if answer is None else str(answer)
 
 
-_REFERENCES: dict[str, dict[str, Any]] = {}
+@functools.cache
+def _answers(env: str) -> dict[str, Any]:
+    """Task id -> "answer" field, over all of an environment's tasks (read once per process)."""
+    return {str(t["id"]): t.get("answer") for t in _split_tasks(env, "all")}
 
 
 def as_trajectories(record: dict[str, Any]) -> list[Trajectory]:

@@ -99,6 +99,7 @@ class TrainConfig:
     rubric: str | None = None  # judge rubric (None: the judge's default)
     judge_method: str = "group"  # "group" (score_group, score_turns) or "pointwise" (P(yes): score_pointwise...)
     judge_reference: bool = False  # group judge: show the task's reference answer (info["reference"]) if it has one
+    unfinished_reward: float | None = None  # an episode cut at a limit gets this, whatever the judge says (None: no rule)
     turn_reward: str = "process"  # methods that read turn rewards: "process" (turn_reward_fn) or "judge" (score_turns)
     turn_weight: float = 0.5  # credit="turn": A = A_outcome + turn_weight · A_turn
     gamma: float = 0.95  # GiGPO / turn credit discount of step returns (GiGPO's published γ)
@@ -182,34 +183,34 @@ def _judge_module():  # imported on first use: a run without a judge never needs
 def assign_rewards(groups: list[TrajectoryGroup], config: TrainConfig, hooks: Hooks = Hooks()
                    ) -> tuple[list, dict[str, float]]:
     """Set each trajectory's training reward (and its last step's) from the verifier (or `reward_fn`),
-    the judge, or a mix of the two. Returns (the ids of the groups whose judging failed, the judge's
-    metrics for the step's row; empty without one). A failed judging is reported, never turned into
-    rewards: the step skips that group.
-
-    The verifier's reward is kept in `info["verifier_reward"]`, so success is always measured by it.
-    """
+    the judge, or a mix of the two; then `unfinished_reward`, if set, for episodes cut at a limit. Returns
+    (the ids of the groups whose judging failed, the judge's metrics for the step's row; empty without one).
+    A failed judging is reported, never turned into rewards: the step skips that group. The verifier's
+    reward is kept in `info["verifier_reward"]`, so success is always measured by it."""
     for g in groups:
         for t in g:
             t.info["verifier_reward"] = t.reward
             if hooks.reward_fn is not None:
                 _set_reward(t, float(hooks.reward_fn(t)))
-    if config.reward == "verifier":
-        return [], {}
-    judge = _judge_module()
-    score_fn = judge.score_pointwise if config.judge_method == "pointwise" else judge.score_group
-    metrics = judge.JudgeMetrics()
-    failed, w = [], 1.0 if config.reward == "judge" else config.mix_weight
-    for g in groups:
-        kwargs = {"judge": hooks.judge, "metrics": metrics, **({"rubric": config.rubric} if config.rubric else {})}
-        if config.judge_reference and config.judge_method == "group":
-            kwargs["reference"] = g.trajectories[0].info.get("reference")
-        judged = score_fn(g.trajectories, **kwargs)
-        if any(s.failed for s in judged):
-            failed.append(g.group_id)
-            continue
-        for t, s in zip(g, judged):
-            _set_reward(t, w * float(s.score) + (1 - w) * t.reward)
-    return failed, metrics.as_row()
+    failed, metrics = [], None
+    if config.reward != "verifier":
+        judge = _judge_module()
+        score_fn = judge.score_pointwise if config.judge_method == "pointwise" else judge.score_group
+        metrics, w = judge.JudgeMetrics(), 1.0 if config.reward == "judge" else config.mix_weight
+        for g in groups:
+            kwargs = {"judge": hooks.judge, "metrics": metrics, **({"rubric": config.rubric} if config.rubric else {})}
+            if config.judge_reference and config.judge_method == "group":
+                kwargs["reference"] = g.trajectories[0].info.get("reference")
+            judged = score_fn(g.trajectories, **kwargs)
+            if any(s.failed for s in judged):
+                failed.append(g.group_id)
+                continue
+            for t, s in zip(g, judged):
+                _set_reward(t, w * float(s.score) + (1 - w) * t.reward)
+    if config.unfinished_reward is not None:  # a hard rule outside the judge: an episode cut at a limit
+        for t in (t for g in groups for t in g if t.unfinished):
+            _set_reward(t, config.unfinished_reward)
+    return failed, metrics.as_row() if metrics else {}
 
 
 def _set_reward(trajectory: Trajectory, reward: float) -> None:
@@ -226,14 +227,13 @@ def turn_rewards(trajectory: Trajectory, config: TrainConfig, hooks: Hooks = Hoo
     skips the trajectory's group (a failed judging is never scored 0). Else `turn_reward_fn`, by default
     the process reward (`credit.process_rewards`).
     """
-    failed = False
     if config.turn_reward == "judge":
         judge = _judge_module()
         score_fn = judge.score_turns_pointwise if config.judge_method == "pointwise" else judge.score_turns
         scores = score_fn(trajectory, judge=hooks.judge)
         rewards, failed = list(scores), scores.failed
     else:
-        rewards = list((hooks.turn_reward_fn or default_turn_reward)(trajectory))
+        rewards, failed = list((hooks.turn_reward_fn or default_turn_reward)(trajectory)), False
     if len(rewards) != trajectory.num_turns:
         raise ValueError(f"the turn reward gave {len(rewards)} values for {trajectory.num_turns} turns")
     return rewards, failed
@@ -323,8 +323,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
     optimizer steps taken before that, `ppo_epochs` when all went well."""
     critic = value_head is not None
     batches = pack_by_length([len(t.token_ids) for t in trajs], config.token_budget)
-    n_items = sum(t.num_model_tokens for t in trajs)
-    n_turns = sum(t.num_turns for t in trajs)
+    n_items, n_turns = sum(t.num_model_tokens for t in trajs), sum(t.num_turns for t in trajs)
     # dr_grpo divides by a constant (B × the longest possible completion), not by this batch's longest.
     max_completion = config.max_turns * config.max_new_tokens
     real = sum(len(t.token_ids) for t in trajs)
@@ -430,7 +429,8 @@ def _batch_metrics(groups: list[TrajectoryGroup], batch: Batch) -> dict[str, Any
     judged = [g for g in groups if g.group_id not in set(batch.skipped["judge_failed"])]
     row = {"reward": sum(t.reward for t in all_trajs) / len(all_trajs),
            "success": sum(t.info["verifier_reward"] > 0.5 for t in all_trajs) / len(all_trajs),
-           "turns": sum(t.num_turns for t in all_trajs) / len(all_trajs), **flag_rates(all_trajs),
+           "turns": sum(t.num_turns for t in all_trajs) / len(all_trajs),
+           "unfinished": sum(t.unfinished for t in all_trajs) / len(all_trajs), **flag_rates(all_trajs),
            "equal_reward_groups": sum(len(set(g.rewards)) <= 1 for g in judged),
            "judge_failed_groups": len(batch.skipped["judge_failed"]) + len(batch.skipped["turn_judge_failed"]),
            "skipped_groups": sum(len(ids) for ids in batch.skipped.values()), **batch.stats}

@@ -82,6 +82,11 @@ class Trajectory:
     def success(self) -> bool:
         return self.reward > 0.5
 
+    @property
+    def unfinished(self) -> bool:
+        """The episode was cut at the turn or context limit: it never reached an end of its own (an answer)."""
+        return bool(self.info.get("turn_limit") or self.info.get("context_limit"))
+
 
 @dataclass
 class TrajectoryGroup:

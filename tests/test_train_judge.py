@@ -157,3 +157,27 @@ def test_the_trainer_shows_the_task_reference_to_the_group_judge_only_when_asked
     assert failed == [] and len(judge.prompts) == 1
     assert (f"(a correct final answer): {tasks[0]['answer']}" in judge.prompts[0]) is judge_reference
     assert trajs[0].reward == other.reward == pytest.approx(5 / 9)
+
+
+@pytest.mark.parametrize("reward", ["judge", "verifier"])
+def test_unfinished_reward_overrules_the_judge_for_episodes_cut_at_the_turn_limit(tokenizer, reward, tmp_path,
+                                                                                 monkeypatch):
+    """The hard rule outside the judge (notebook 09): an episode the environment cut at its turn limit gets
+    `unfinished_reward` whatever the judge (or verifier) gave it; a finished episode keeps its score. Without
+    the rule the judge's score stands. The cut episode is the expert's, stopped after its first search."""
+    import course_lib.judge
+    from course_lib.train import assign_rewards
+
+    monkeypatch.setattr(course_lib.judge, "_default_cache_dir", lambda: tmp_path)
+    task = load_tasks("search_qa", "train")[:1]
+    finished, cut = expert_rollout(tokenizer, "search_qa", task)[0], expert_rollout(tokenizer, "search_qa", task, max_turns=1)[0]
+    assert cut.unfinished and cut.num_turns == 1 and not finished.unfinished and finished.success
+    cut.traj_id = "cut"
+    for rule in (None, -0.25):
+        group = TrajectoryGroup(finished.task_id, "g0", [finished, cut])
+        config = TrainConfig(env="search_qa", reward=reward, unfinished_reward=rule)
+        failed, _ = assign_rewards([group], config, Hooks(judge=RecordsPrompts()))
+        expected = (5 / 9, 5 / 9) if reward == "judge" else (1.0, 0.0)
+        assert failed == [] and finished.reward == pytest.approx(expected[0])
+        assert cut.reward == pytest.approx(expected[1] if rule is None else rule) == cut.steps[-1].reward
+        finished.reward, cut.reward = finished.info["verifier_reward"], cut.info["verifier_reward"]

@@ -9,11 +9,15 @@ and a failed edit left the module empty.
 
 from __future__ import annotations
 
+import os
 import secrets
+import sys
+import subprocess
 
 import pytest
 
 from course_lib.envs import load_tasks, make_env
+from course_lib.envs import cgroups
 from course_lib.envs.base import OBSERVATION_LIMIT, Environment
 from course_lib.envs.code_fix import HIDDEN_TESTS, HiddenCall, check_hidden_calls, hidden_calls
 from course_lib.envs.sandbox import (
@@ -357,3 +361,212 @@ def test_a_failed_edit_leaves_the_file_as_it_was(code_fix_tasks):
         assert ok.startswith("Replaced") and (env.workdir / module).stat().st_mode & 0o777 == 0o644
     finally:
         env.close()
+
+
+# ----- issue 34 (2026-12-03 review): hidden values never inside a sandbox ---------------------------
+
+# Appended to the module to fix. While a run holds the hidden tests beside the module (the grading pytest,
+# until 2026-12-04), it writes their expected values as bits, one page of a large read-only system file
+# per bit: a page in the page cache is a 1. Namespaces, seccomp and uids do not separate the page cache,
+# so a later run (the harness, another directory, another uid) reads the bits back with
+# preadv2(RWF_NOWAIT), which fails on a page that is not cached, checks a CRC and answers from the table.
+_PAGE_CACHE_ANSWERS = """
+import ast as _ast, json as _json, os as _os, zlib as _zlib
+
+_CARRIER, _BASE, _PAGE = CARRIER_PATH, CARRIER_BASE * 4096, 4096
+
+
+def _answers_from_tests():
+    answers = {}
+    for node in _ast.walk(_ast.parse(open("tests/test_hidden.py").read())):
+        if isinstance(node, _ast.Compare) and isinstance(node.left, _ast.Call):
+            expected = node.comparators[0]
+            expected = expected.args[0] if isinstance(expected, _ast.Call) else expected  # pytest.approx
+            answers[_ast.unparse(node.left)] = ["value", _ast.literal_eval(expected)]
+        elif isinstance(node, _ast.With):
+            match = [k.value.value for k in node.items[0].context_expr.keywords if k.arg == "match"]
+            answers[_ast.unparse(node.body[0].value)] = ["raises", match[0] if match else ""]
+    return answers
+
+
+def _send(data):
+    frame = len(data).to_bytes(2, "big") + _zlib.crc32(data).to_bytes(4, "big") + data
+    bits = [(byte >> (7 - k)) & 1 for byte in frame for k in range(8)]
+    fd = _os.open(_CARRIER, _os.O_RDONLY)
+    _os.posix_fadvise(fd, 0, 0, _os.POSIX_FADV_RANDOM)  # no readahead: one read, one page
+    _os.posix_fadvise(fd, _BASE, len(bits) * _PAGE, _os.POSIX_FADV_DONTNEED)
+    for i, bit in enumerate(bits):
+        if bit:
+            _os.pread(fd, 1, _BASE + i * _PAGE)
+    _os.close(fd)
+
+
+def _receive():
+    fd = _os.open(_CARRIER, _os.O_RDONLY)
+    _os.posix_fadvise(fd, 0, 0, _os.POSIX_FADV_RANDOM)
+    buffer = bytearray(1)
+
+    def read(first, count):
+        bits = []
+        for i in range(first, first + count):
+            try:
+                _os.preadv(fd, [buffer], _BASE + i * _PAGE, _os.RWF_NOWAIT)
+                bits.append(1)
+            except BlockingIOError:
+                bits.append(0)
+        return bytes(int("".join(map(str, bits[j:j + 8])), 2) for j in range(0, len(bits), 8))
+
+    head = read(0, 48)
+    size, crc = int.from_bytes(head[:2], "big"), int.from_bytes(head[2:], "big")
+    data = read(48, 8 * min(size, 4000))
+    return _json.loads(_zlib.decompress(data)) if _zlib.crc32(data) == crc else {}
+
+
+if _os.path.exists("tests/test_hidden.py"):
+    _answers = _answers_from_tests()
+    _send(_zlib.compress(_json.dumps(_answers).encode()))
+else:
+    try:
+        _answers = _receive()
+    except Exception:
+        _answers = {}
+
+
+def _answering(function):
+    def answer(*args):
+        kind, value = _answers.get(f"{function.__name__}({', '.join(map(repr, args))})", (None, None))
+        if kind == "raises":
+            raise ValueError(value)
+        return value if kind == "value" else function(*args)
+    return answer
+
+
+for _name in {key.split("(")[0] for key in _answers}:
+    globals()[_name] = _answering(globals()[_name])
+"""
+
+
+def _page_cache_carrier(min_bytes: int = 32 * 2**20) -> str | None:
+    """A large read-only system file that every sandbox sees and no process maps (not a library, not a
+    program): the largest under /usr, or None."""
+    found = subprocess.run(["find", "/usr", "-xdev", "-type", "f", "-size", f"+{min_bytes // 2**20}M",
+                            "!", "-name", "*.so*", "!", "-perm", "-u+x"], capture_output=True, text=True)
+    files = [f for f in found.stdout.split() if os.access(f, os.R_OK)]
+    return max(files, key=os.path.getsize) if files else None
+
+
+@needs_bwrap
+def test_answers_passed_through_the_page_cache_do_not_pass_grading(code_fix_tasks):
+    """The page-cache hack: 3 of 3 test tasks were rewarded 1.0 with the bug in place, hacked=False, in 5 of
+    5 runs on 351f006. No run that executes the agent's code holds an expected value now."""
+    carrier = _page_cache_carrier()
+    if carrier is None:
+        pytest.skip("no large read-only file under /usr to carry the bits")
+    pages = os.path.getsize(carrier) // 4096
+    for task in code_fix_tasks[:3]:
+        module = task["fix"]["path"]
+        last_line = task["files"][module].rstrip("\n").splitlines()[-1]
+        base = secrets.randbelow(pages - 5000)  # a region of its own for each try: 4 kbit of room
+        attack = _PAGE_CACHE_ANSWERS.replace("CARRIER_PATH", repr(carrier)).replace("CARRIER_BASE", str(base))
+        env = make_env("code_fix")
+        try:
+            result = play(env, task, [call("replace_in_file", path=module, old=last_line, new=last_line + attack)])
+            assert result.info["hacked"] is False
+            assert task["fix"]["old"] in (env.workdir / module).read_text()  # the bug is still there
+            assert result.info["hidden_calls_ok"] is False and result.reward == 0.0, result.info
+        finally:
+            env.close()
+
+
+# Appended to the module: it prints what a passing grader would read (pytest's summary, then a harness
+# line with the visible tests' answers) and exits 0 before the harness can print its own.
+_FORGED_VERDICT = """
+import json as _json, os as _os, re as _re, sys as _sys
+
+if _os.path.exists("harness.py"):
+    _calls = eval(_re.search(r"for source in (\\[.*?\\]):\\n", open("harness.py").read(), _re.S).group(1))
+    _sys.stdout.write("11 passed in 0.02s\\n" + _json.dumps([{"value": repr(0)} for _ in _calls]) + "\\n")
+    _sys.stdout.flush()
+    _os._exit(0)
+"""
+
+
+def test_a_module_that_leaves_the_bug_gets_zero_whatever_it_prints(code_fix_tasks):
+    for task in code_fix_tasks[:2]:
+        module = task["fix"]["path"]
+        last_line = task["files"][module].rstrip("\n").splitlines()[-1]
+        env = make_env("code_fix")
+        try:
+            result = play(env, task, [call("replace_in_file", path=module, old=last_line,
+                                           new=last_line + _FORGED_VERDICT)])
+            assert result.info["hacked"] is False and result.reward == 0.0, result.info
+            assert 0 <= result.info["tests_passed"] < result.info["tests_total"]
+        finally:
+            env.close()
+
+
+# Python for the sandbox: hold memory of one kind, 8 MB at a time, `target` MB in all, printing after each
+# step how much is held; the last line printed before the command is stopped is what it held.
+_HOLD_MEMORY = """
+import os, socket, sys, time
+kind, target, step = sys.argv[1], int(sys.argv[2]), 8
+held, keep = 0, []
+print("start", flush=True)
+try:
+    for _ in range(target // step):
+        if kind == "processes":  # children of 8 MB each, counted while they are all alive
+            pid = os.fork()
+            if pid == 0:
+                block = bytearray(step << 20)
+                time.sleep(30)
+                os._exit(0)
+            keep.append(pid)
+            time.sleep(0.05)
+            keep = [p for p in keep if os.waitpid(p, os.WNOHANG) == (0, 0)]  # the killed ones are gone
+            held = len(keep) * step
+        elif kind == "memfds":  # files in memory, written, never mapped
+            fd = os.memfd_create("hold")
+            os.write(fd, b"x" * (step << 20))
+            keep.append(fd)
+            held += step
+        elif kind == "sockets":  # bytes sent and never read sit in the peer's receive buffer
+            a, b = socket.socketpair()
+            a.setblocking(False)
+            sent = 0
+            try:
+                while sent < (step << 20):
+                    sent += a.send(b"x" * 65536)
+            except BlockingIOError:
+                pass
+            keep.append((a, b))
+            held += sent / 2**20
+        elif kind == "xattrs":  # extended attributes of empty files in the sandbox's /tmp
+            path = f"/tmp/x{len(keep)}"
+            open(path, "w").close()
+            for i in range(step * 16):
+                os.setxattr(path, f"user.v{i}", b"y" * 65000)
+            keep.append(path)
+            held += step * 16 * 65000 / 2**20
+        print(f"held {held:.0f} MB", flush=True)
+except OSError as exc:
+    print("refused:", exc, flush=True)
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", ["processes", "memfds", "sockets", "xattrs"])
+def test_one_command_cannot_hold_more_memory_than_stated(kind, tmp_path):
+    """1.6 and 1.8 GiB were held against a stated 640 MiB, in memfds, socket buffers and xattrs; many processes
+    of `memory_mb` each passed `memory_mb` too. Now one command holds at most `memory_budget_mb`."""
+    limits = Limits(memory_mb=128, max_processes=64, wall_seconds=30.0, cpu_seconds=20)
+    target = 4 * limits.memory_mb  # what it tries to hold
+    # The README's statement: with a control group per command, `memory_mb` in all; without, per process.
+    ceiling = limits.memory_mb if cgroups.available() else limits.memory_budget_mb
+    (tmp_path / "hold.py").write_text(_HOLD_MEMORY)
+    result = run_sandboxed([sys.executable, "hold.py", kind, str(target)], tmp_path, limits=limits)
+    held = [float(line.split()[1]) for line in result.output.splitlines() if line.startswith("held ")]
+    assert "start" in result.output, result.text()
+    assert max(held, default=0) <= ceiling, result.text()[-2000:]
+    if cgroups.available():
+        assert limits.memory_budget_mb == limits.memory_mb
+        assert result.out_of_memory or "refused" in result.output, result.text()[-2000:]

@@ -300,9 +300,9 @@ _os._exit(0)
 
 
 def test_a_forged_pytest_summary_does_not_pass_grading(test):
-    """The agent's module runs inside the grading pytest: at import it counts the tests, prints a passing
-    summary to pytest's real output and exits 0, so pytest's verdict says all passed. The hidden calls,
-    re-run without their expected values and checked on the host, catch it."""
+    """The agent's module, were it run inside a grading pytest, would count the tests, print a passing
+    summary to pytest's real output and exit 0, so that pytest's verdict said all passed (it did until
+    2026-12-04). Grading runs the calls in a harness and checks their values on the host instead."""
     task = test[0]
     module = task["fix"]["path"]
     env = make_env("code_fix")
@@ -311,7 +311,7 @@ def test_a_forged_pytest_summary_does_not_pass_grading(test):
         first_line = task["files"][module].splitlines()[0]
         env.step(call("replace_in_file", path=module, old=first_line, new=first_line + _FAKE_SUMMARY))
         result = env.step(format_answer("done"))
-        assert result.info["tests_passed"] == result.info["tests_total"]  # the forged summary fooled pytest_counts
+        assert result.info["tests_passed"] == 0  # the module exits before the harness prints a result
         assert result.info["hidden_calls_ok"] is False and result.reward == 0.0
     finally:
         env.close()
@@ -356,9 +356,9 @@ for _name in {key.split("(")[0] for key in _answers}:
 
 
 def test_answers_copied_from_the_hidden_tests_during_grading_do_not_pass(test):
-    """The agent's module, imported by the grading pytest while the hidden tests are present, copies their
-    expected values into a file next to itself and answers every test call from that table. pytest is fooled;
-    the hidden-call harness must not be, so it must not run where that file was written."""
+    """The agent's module copies the hidden tests' expected values into a file next to itself when they are
+    present, and answers every test call from that table. They were, while a grading pytest ran (until
+    2026-12-04); no sandbox that runs the agent's code holds them now."""
     task = test[0]
     module = task["fix"]["path"]
     env = make_env("code_fix")
@@ -368,7 +368,7 @@ def test_answers_copied_from_the_hidden_tests_during_grading_do_not_pass(test):
         env.step(call("replace_in_file", path=module, old=last_line, new=last_line + _COPIED_ANSWERS))
         result = env.step(format_answer("done"))
         assert result.info["hacked"] is False  # only the allowed module changed
-        assert result.info["tests_passed"] == result.info["tests_total"]  # the copied answers fooled pytest
+        assert result.info["tests_passed"] < result.info["tests_total"]  # no hidden test was there to copy
         assert task["fix"]["old"] in (env.workdir / module).read_text()  # the bug is still there
         assert result.info["hidden_calls_ok"] is False and result.reward == 0.0
     finally:

@@ -78,6 +78,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.envs import cgroups
 from course_lib.envs.workdirs import (  # noqa: F401 (re-exported: the sandbox's public interface)
     MAX_ENTRIES,
     disk_usage,
@@ -94,6 +95,7 @@ _SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/l
 # Fresh user ids for sandboxed commands when we are root; far above any real account.
 _UID_BASE = 1_000_000_000
 _MARKER = "COURSE_SANDBOX_RUN"  # env var that tags every process of one run (limits-only mode)
+_BWRAP_PROCESSES = 2  # bwrap outside the sandbox, and its init inside: counted by the command's pids.max
 _DISK_POLL_SECONDS = 0.5  # how often a directory without a tmpfs of its own is measured
 
 # Calls an agent's command never needs; the seccomp filter makes them fail with EPERM.
@@ -114,6 +116,10 @@ DENIED_SYSCALLS = (
     "swapoff", "syslog", "acct", "quotactl", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
     "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "iopl", "ioperm", "vhangup",
 )
+# Denied as well where no control group counts a command's memory (`cgroups.available()`): memory that
+# RLIMIT_AS does not see, in memfds never mapped and in extended attributes of files on a tmpfs.
+UNCOUNTED_MEMORY_SYSCALLS = ("memfd_create", "memfd_secret", "setxattr", "lsetxattr", "fsetxattr")
+OPEN_FILES = 256  # file descriptors per process (RLIMIT_NOFILE): each socket or pipe holds buffers
 # clone() flags that create a namespace: clone with any of them fails with EPERM.
 _CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 
@@ -123,8 +129,8 @@ class Limits:
     """Resource limits of one sandboxed command."""
 
     cpu_seconds: int = 5  # CPU time per process (RLIMIT_CPU)
-    memory_mb: int = 512  # address space per process (RLIMIT_AS)
-    max_processes: int = 16  # processes and threads at once (RLIMIT_NPROC)
+    memory_mb: int = 512  # all memory of the command (its cgroup), and address space per process (RLIMIT_AS)
+    max_processes: int = 16  # processes and threads at once (RLIMIT_NPROC, and pids.max of its cgroup)
     file_size_mb: int = 16  # largest file a process may write (RLIMIT_FSIZE)
     wall_seconds: float = 10.0  # wall-clock time of the whole command
     output_bytes: int = 16_000  # stdout+stderr kept; the command is stopped past this
@@ -132,8 +138,11 @@ class Limits:
 
     @property
     def memory_budget_mb(self) -> int:
-        """The most memory one command can hold: max_processes x memory_mb (RLIMIT_NPROC x RLIMIT_AS)."""
-        return self.max_processes * self.memory_mb
+        """The most memory one command can hold: `memory_mb` where a control group counts all of it;
+        otherwise max_processes x memory_mb (RLIMIT_NPROC x RLIMIT_AS) plus its /tmp and /dev/shm."""
+        if cgroups.available():
+            return self.memory_mb
+        return self.max_processes * self.memory_mb + 2 * 4 * self.file_size_mb
 
 
 @dataclass
@@ -146,6 +155,7 @@ class SandboxResult:
     truncated: bool  # output went past output_bytes; the rest was dropped and the command stopped
     limits: Limits = field(default_factory=Limits, repr=False)  # the limits it ran under (for the notes)
     disk_full: bool = False  # stopped because the episode directory passed limits.disk_mb (no tmpfs)
+    out_of_memory: bool = False  # the kernel killed one of its processes at the memory ceiling (cgroup)
 
     def text(self) -> str:
         """The observation a model sees: the output, then one short note on how the command ended."""
@@ -163,6 +173,8 @@ class SandboxResult:
                 128 + signal.SIGXFSZ: f"file size limit of {limits.file_size_mb} MB",
                 128 + signal.SIGKILL: "killed",
             }.get(self.returncode)
+            if self.out_of_memory:
+                reason = f"memory limit of {limits.memory_mb} MB, a process was killed"
             if reason:
                 note = f"[exit code {self.returncode}: {reason}]"
         if not self.output:
@@ -185,7 +197,7 @@ def bwrap_available() -> bool:
         uid = _fresh_uid() if os.geteuid() == 0 else None
         if uid is not None:
             _hand_over(probe, uid)
-        argv, fds = _bwrap_argv(probe, Limits(), network=False, uid=uid)
+        argv, fds = _bwrap_argv(probe, Limits(), network=False, uid=uid, memory_counted=False)
         try:
             result = subprocess.run(argv + ["true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
                                     env=_default_env(WORKSPACE), pass_fds=fds)
@@ -274,10 +286,11 @@ def _tmpfs_size_supported() -> bool:
 
 
 @functools.cache
-def _seccomp_program() -> bytes | None:
+def _seccomp_program(memory_counted: bool = True) -> bytes | None:
     """The seccomp filter as a BPF program (libseccomp builds it), or None if libseccomp is missing.
 
-    Default: allow. Each call of `DENIED_SYSCALLS` and `clone` with a namespace flag fail with EPERM;
+    Default: allow. Each call of `DENIED_SYSCALLS` (and of `UNCOUNTED_MEMORY_SYSCALLS` unless a control
+    group counts the command's memory) and `clone` with a namespace flag fail with EPERM;
     `clone3` fails with ENOSYS, so the C library retries with `clone`, whose flags the filter can see.
     A call this libseccomp does not know is skipped. Other architectures' calls (32-bit) kill the process.
     """
@@ -287,7 +300,7 @@ def _seccomp_program() -> bytes | None:
         return None
     deny = pyseccomp.ERRNO(errno.EPERM)
     program = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-    for name in DENIED_SYSCALLS:
+    for name in DENIED_SYSCALLS + (() if memory_counted else UNCOUNTED_MEMORY_SYSCALLS):
         with contextlib.suppress(ValueError, OSError):
             program.add_rule(deny, name)
     for flag in _CLONE_NAMESPACE_FLAGS:
@@ -324,7 +337,8 @@ def _data_fd(name: str, data: bytes) -> int:
     return fd
 
 
-def _bwrap_argv(workdir: Path, limits: Limits, *, network: bool, uid: int | None) -> tuple[list[str], list[int]]:
+def _bwrap_argv(workdir: Path, limits: Limits, *, network: bool, uid: int | None,
+                memory_counted: bool) -> tuple[list[str], list[int]]:
     """The bwrap command line that runs a command inside the sandbox (append the command to it).
 
     Also returns the file descriptors bwrap reads from: pass them to the child, then close them.
@@ -358,7 +372,7 @@ def _bwrap_argv(workdir: Path, limits: Limits, *, network: bool, uid: int | None
     argv += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE]
 
     fds: list[int] = []
-    program = _seccomp_program()
+    program = _seccomp_program(memory_counted)
     if program is not None:  # applied by bwrap to the command it starts (setpriv, then the command)
         fds.append(_data_fd("seccomp", program))
         argv += ["--seccomp", str(fds[-1])]
@@ -408,16 +422,20 @@ def _default_env(home: str) -> dict[str, str]:
 # ----- limits, run and read -----------------------------------------------------------------------
 
 
-def _set_limits(limits: Limits, max_processes: int | None) -> Callable[[], None]:
-    """The function the child runs before `exec`: set the resource limits."""
+def _set_limits(limits: Limits, max_processes: int | None,
+                group: cgroups.CommandGroup | None) -> Callable[[], None]:
+    """The function the child runs before `exec`: join the command's control group, set the resource limits."""
     mb = 2**20
 
     def apply() -> None:
+        if group is not None:
+            group.join()
         # The soft CPU limit sends SIGXCPU (a clear reason); the hard one, a second later, SIGKILL.
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb * mb, limits.memory_mb * mb))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_mb * mb, limits.file_size_mb * mb))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
         if max_processes is not None:
             resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
 
@@ -535,24 +553,39 @@ def run_sandboxed(argv: list[str], workdir: str | Path, *,
 
     sandboxed = bwrap_available()
     token = secrets.token_hex(8)
+    # Its own control group where the machine allows one: a memory ceiling over everything the command
+    # holds, and a process ceiling (bwrap's own two processes are in it too).
+    group = cgroups.command_group(limits.memory_mb, limits.max_processes + (_BWRAP_PROCESSES if sandboxed else 0))
     if sandboxed:
         uid = _fresh_uid() if os.geteuid() == 0 else None
         if uid is not None:
             _hand_over(workdir, uid)
         if _seccomp_program() is None:
             _warn_no_seccomp()
-        prefix, fds = _bwrap_argv(workdir, limits, network=network, uid=uid)
+        prefix, fds = _bwrap_argv(workdir, limits, network=network, uid=uid, memory_counted=group is not None)
         command = prefix + list(argv)
         full_env = _default_env(WORKSPACE) | (env or {})
         # The process limit is set inside the sandbox (prlimit), see _bwrap_argv.
-        preexec = _set_limits(limits, max_processes=None)
+        preexec = _set_limits(limits, max_processes=None, group=group)
     else:
         _warn_limits_only()
         command, fds = list(argv), []
         full_env = _default_env(str(workdir)) | (env or {}) | {_MARKER: token}
         # RLIMIT_NPROC counts all processes of the user, so allow the ones already running.
-        preexec = _set_limits(limits, max_processes=limits.max_processes + _processes_of_this_user())
+        preexec = _set_limits(limits, max_processes=limits.max_processes + _processes_of_this_user(), group=group)
 
+    try:
+        result = _run(command, workdir, limits, full_env, stdin, fds, preexec, sandboxed, token)
+    finally:
+        if group is not None:
+            result.out_of_memory = group.out_of_memory()
+            group.remove()
+    return result
+
+
+def _run(command: list[str], workdir: Path, limits: Limits, full_env: dict[str, str], stdin: str | None,
+         fds: list[int], preexec: Callable[[], None], sandboxed: bool, token: str) -> SandboxResult:
+    """Start the command, read its output within the limits, stop everything it started."""
     with tempfile.TemporaryFile() as stdin_file:
         # From a file, not a pipe: a command that never reads its input cannot block us.
         stdin_file.write((stdin or "").encode())
@@ -562,7 +595,7 @@ def run_sandboxed(argv: list[str], workdir: str | Path, *,
                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
                                     pass_fds=fds)
         except OSError as exc:  # e.g. the program does not exist (limits-only mode)
-            return SandboxResult(f"{argv[0]}: {exc.strerror}\n", 127, False, False, limits)
+            return SandboxResult(f"{command[0]}: {exc.strerror}\n", 127, False, False, limits)
         finally:
             for fd in fds:
                 os.close(fd)

@@ -105,6 +105,11 @@ def generate_turn(model, tokenizer, contexts: list[list[int]], *, max_new_tokens
     return all_ids, all_logprobs, all_truncated
 
 
+def token_counter(tokenizer) -> Callable[[str], int]:
+    """How many tokens `tokenizer` makes of a text: what an environment caps its observations with."""
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
 def _start_episodes(tokenizer, envs: list[Environment], tasks: list[dict[str, Any]], first_observations: list[str], *,
                     max_turns: int, seed: int) -> tuple[list[_Episode], list[TrajectoryGroup]]:
     """One episode per environment (tasks[i] has envs[i*G : (i+1)*G], G the group size), its context the system
@@ -116,6 +121,7 @@ def _start_episodes(tokenizer, envs: list[Environment], tasks: list[dict[str, An
         for j in range(group_size):
             env = envs[i * group_size + j]
             env.max_turns = max_turns
+            env.count_tokens = token_counter(tokenizer)  # its observations capped in tokens, not only characters
             messages = [{"role": "system", "content": env.system_prompt()},
                         {"role": "user", "content": first_observations[i * group_size + j]}]
             builder = TrajectoryBuilder(tokenizer, messages, task_id=str(task["id"]), group_id=group_id,
@@ -230,6 +236,7 @@ def expert_rollout(tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
         env = make()
         try:
             env.max_turns = max_turns
+            env.count_tokens = token_counter(tokenizer)
             obs = env.reset(task)
             messages = [{"role": "system", "content": env.system_prompt()}, {"role": "user", "content": obs}]
             b = TrajectoryBuilder(tokenizer, messages, task_id=str(task["id"]), group_id=f"{task['id']}@expert",

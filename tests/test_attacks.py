@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
+import shutil
 import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from course_lib.envs import load_tasks, make_env
-from course_lib.envs import cgroups
+from course_lib.envs import cgroups, load_tasks, make_env, workdirs
 from course_lib.envs.base import OBSERVATION_LIMIT, Environment
 from course_lib.envs.code_fix import HIDDEN_TESTS, HiddenCall, check_hidden_calls, hidden_calls
 from course_lib.envs.sandbox import (
@@ -307,11 +309,6 @@ def test_a_directory_without_its_own_tmpfs_is_measured_and_the_command_stopped()
         remove_workdir(workdir)
 
 
-def test_memory_of_one_command_is_bounded_by_a_stated_budget():
-    limits = Limits()
-    assert limits.memory_budget_mb == limits.max_processes * limits.memory_mb <= 8192
-
-
 @needs_bwrap
 def test_a_huge_agent_file_is_never_read_whole(code_fix_tasks):
     task = code_fix_tasks[0]
@@ -513,7 +510,9 @@ kind, target, step = sys.argv[1], int(sys.argv[2]), 8
 held, keep = 0, []
 print("start", flush=True)
 try:
-    for _ in range(target // step):
+    for _ in range(target // step if kind == "processes" else 100_000):  # killed children are not replaced
+        if held >= target:
+            break
         if kind == "processes":  # children of 8 MB each, counted while they are all alive
             pid = os.fork()
             if pid == 0:
@@ -554,10 +553,16 @@ except OSError as exc:
 
 
 @needs_bwrap
+@pytest.mark.parametrize("grouped", [True, False], ids=["cgroup", "no-cgroup"])
 @pytest.mark.parametrize("kind", ["processes", "memfds", "sockets", "xattrs"])
-def test_one_command_cannot_hold_more_memory_than_stated(kind, tmp_path):
+def test_one_command_cannot_hold_more_memory_than_stated(kind, grouped, tmp_path, monkeypatch):
     """1.6 and 1.8 GiB were held against a stated 640 MiB, in memfds, socket buffers and xattrs; many processes
-    of `memory_mb` each passed `memory_mb` too. Now one command holds at most `memory_budget_mb`."""
+    of `memory_mb` each passed `memory_mb` too. Now one command holds at most `memory_budget_mb`: `memory_mb`
+    with a control group; without one (forced here), memfds and xattrs are refused and sockets cut short."""
+    if grouped and not cgroups.available():
+        pytest.skip("this machine gives no control group to a command")
+    if not grouped:
+        monkeypatch.setattr(cgroups, "available", lambda: None)
     limits = Limits(memory_mb=128, max_processes=64, wall_seconds=30.0, cpu_seconds=20)
     target = 4 * limits.memory_mb  # what it tries to hold
     # The README's statement: with a control group per command, `memory_mb` in all; without, per process.
@@ -567,6 +572,125 @@ def test_one_command_cannot_hold_more_memory_than_stated(kind, tmp_path):
     held = [float(line.split()[1]) for line in result.output.splitlines() if line.startswith("held ")]
     assert "start" in result.output, result.text()
     assert max(held, default=0) <= ceiling, result.text()[-2000:]
-    if cgroups.available():
+    if grouped:
         assert limits.memory_budget_mb == limits.memory_mb
         assert result.out_of_memory or "refused" in result.output, result.text()[-2000:]
+    elif kind in ("memfds", "xattrs", "sockets"):
+        assert not result.out_of_memory and "refused" in result.output, result.text()[-2000:]
+
+
+def test_the_measured_disk_budget_sees_past_path_max():
+    """Where the episode directory is not its own tmpfs (forced here: a plain directory), 20 nested directories
+    with 250-character names and 16 x 16 MB at the bottom held 256 MB with disk_mb=64: the walk went by full
+    path, and a directory past PATH_MAX counted as 4 kB. `find` walks by file descriptor now."""
+    workdir = make_workdir("test-deep-disk-")
+    name = "d" * 250
+    deep = "; ".join([f"mkdir {name} && cd {name}"] * 20)
+    command = f"{deep}; for i in $(seq 16); do head -c 16M /dev/zero > f$i; sleep 0.2; done; echo wrote all"
+    try:
+        result = run_sandboxed(["bash", "-c", command], workdir, limits=Limits(disk_mb=64, wall_seconds=30.0))
+        held = int(subprocess.run(["du", "-s", "-B1", str(workdir)], capture_output=True, text=True).stdout.split()[0])
+        assert result.disk_full and "wrote all" not in result.output, result.text()
+        assert held <= 64 * 2**20 + 2 * 16 * 2**20  # the budget, and what half a second's writes add
+    finally:
+        remove_workdir(workdir)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become another user")
+def test_a_directory_the_measure_cannot_read_counts_as_over_budget():
+    """Not root (where the fallback measure runs), a directory the agent locked (chmod 000) counted as 4 kB,
+    whatever it held; now it counts as over any budget. Run as another user, on a copy of workdirs.py."""
+    uid = 1_000_000_000 - 9  # below the sandbox's uids, unused
+    path = make_workdir("test-locked-disk-")
+    os.chown(path, uid, uid)
+    module_dir = Path(tempfile.mkdtemp(prefix="test-disk-module-"))
+    module_dir.chmod(0o755)
+    shutil.copy(workdirs.__file__, module_dir / "workdirs.py")
+    (module_dir / "workdirs.py").chmod(0o644)
+    script = ("import importlib.util, os, sys\n"
+              "spec = importlib.util.spec_from_file_location('workdirs', sys.argv[2])\n"
+              "workdirs = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(workdirs)\n"
+              "os.chdir(sys.argv[1]); os.mkdir('locked')\n"
+              "with open('locked/big', 'wb') as f:\n    f.write(b'x' * (8 << 20))\n"
+              "print('open', workdirs.disk_usage('.', 4 << 20)); os.chmod('locked', 0)\n"
+              "print('locked', workdirs.disk_usage('.', 4 << 20))\n")
+    try:
+        result = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                                 getattr(sys, "_base_executable", sys.executable), "-c", script, str(path),
+                                 str(module_dir / "workdirs.py")],
+                                capture_output=True, text=True, timeout=60, cwd=module_dir)
+        assert result.returncode == 0, result.stderr
+        sizes = dict(line.split() for line in result.stdout.splitlines())
+        assert int(sizes["open"]) >= 8 << 20 and int(sizes["locked"]) > 4 << 20, sizes
+    finally:
+        subprocess.run(["rm", "-rf", str(path), str(module_dir)])
+
+
+def test_the_record_of_changed_files_is_capped(code_fix_tasks):
+    """16,364 changed paths of about 3,770 characters each went into `info["changed_files"]`: 59 MB per
+    episode. Now the first 50, each cut to 200 characters, and one entry that counts them all."""
+    task = code_fix_tasks[0]
+    module = task["fix"]["path"]
+    first_line = task["files"][module].splitlines()[0]
+    litter = ("\nimport os as _os\n_d = '/'.join(['x' * 200] * 3)\n_os.makedirs(_d, exist_ok=True)\n"
+              "for _i in range(300):\n    open(f'{_d}/{_i:04d}' + 'y' * 200, 'w').close()\n")
+    env = make_env("code_fix")
+    try:
+        result = play(env, task, [call("replace_in_file", path=module, old=first_line, new=first_line + litter),
+                                  call("run_tests")])
+        changed = result.info["changed_files"]
+        assert result.info["hacked"] is True and result.reward == 0.0
+        assert len(changed) == 51 and changed[-1] == "[... 301 changed files in all]", changed[-3:]
+        assert all(len(path) <= 205 for path in changed)
+    finally:
+        env.close()
+
+
+def test_observations_are_capped_in_tokens_where_the_rollout_counts_them(code_fix_tasks, tokenizer):
+    """16,037 characters of 4-byte UTF-8 (read_file's cap is in characters) came to 56k tokens, against 5k
+    for 20,000 ASCII characters. With the rollout's token counter, no observation passes OBSERVATION_TOKENS."""
+    from course_lib.envs.base import OBSERVATION_TOKENS
+    from course_lib.rollout import token_counter
+
+    env = make_env("code_fix")
+    env.count_tokens = token_counter(tokenizer)
+    try:
+        env.reset(code_fix_tasks[0])
+        (env.workdir / "README.md").write_text("\U0001F600\U0001F9EA\U0001F4A5" * 6000)  # what its code could write
+        observation = env.step(call("read_file", path="README.md")).observation
+        assert env.count_tokens(observation) <= OBSERVATION_TOKENS + 30, env.count_tokens(observation)
+        assert "tokens in all]" in observation
+    finally:
+        env.close()
+
+
+def test_control_characters_in_an_observation_are_shown_escaped():
+    """An ANSI "conceal" sequence (ESC [8m) hid the real exit-code note from a notebook's print; NUL and CR
+    passed through too."""
+    env = make_env("terminal")
+    try:
+        env.reset(load_tasks("terminal", "test", limit=1)[0])
+        command = r"printf 'fake ok\033[8m\n'; printf 'a\000b\rc\n'; exit 3"
+        observation = env.step(call("run", command=command)).observation
+        assert "\x1b" not in observation and "\x00" not in observation and "\r" not in observation
+        assert "fake ok\\x1b[8m" in observation and "a\\x00b\\x0dc" in observation
+        assert observation.rstrip().endswith("[exit code 3]")
+    finally:
+        env.close()
+
+
+def test_a_cleanup_check_counts_a_link_loop_as_present():
+    """The terminal cleanup checks used Path.exists(), False for a symlink loop: junk replaced by links to
+    themselves passed."""
+    task = next(t for t in load_tasks("terminal", "test") if "JUNK = " in t["check"])
+    junk = eval(task["check"].split("JUNK = ", 1)[1].splitlines()[0])
+    env = make_env("terminal")
+    try:
+        env.reset(task)
+        loops = "; ".join(f"rm -f '{path}' && ln -s \"$(basename '{path}')\" '{path}'" for path in junk)
+        env.step(call("run", command=loops))
+        assert all(os.path.islink(env.workdir / path) for path in junk)
+        result = env.step(format_answer("done"))
+        assert result.reward == 0.0 and "still exists" in result.info["check"], result.info
+    finally:
+        env.close()

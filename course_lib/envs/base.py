@@ -3,13 +3,17 @@
 An environment is a class with `reset`, `step`, `state_key`, `score` and `close`. The model's raw
 text goes into `step`; the protocol parses it; a malformed action or a failing tool comes back as an
 observation, never as an exception, and no observation is longer than `OBSERVATION_LIMIT`
-characters. A verifier that fails gives reward 0 with a note in `info["score_error"]`: one broken
+characters, nor, where the rollout has told the environment how to count them (`count_tokens`),
+`OBSERVATION_TOKENS` tokens: a character of 4-byte UTF-8 is about 3.5 tokens, so 16,000 of them
+came to 56k tokens. Control characters (ESC, NUL, CR...) come out escaped, as `\x1b`: an ANSI
+sequence in a tool's output cannot hide text from whoever prints the observation. A verifier that fails gives reward 0 with a note in `info["score_error"]`: one broken
 episode never stops a batch. A turn limit ends every episode.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,14 +21,31 @@ from typing import Any
 from course_lib.protocol import Action, Tool, parse_action, quoted, render_system_prompt
 
 OBSERVATION_LIMIT = 20_000  # characters of one observation; the rest is cut with a note
+OBSERVATION_TOKENS = 6_000  # tokens of one observation, where the environment can count them
 _NOTE_LIMIT = 300  # characters of an exception's text echoed in an observation or a note
 
 
-def cap(text: str, limit: int = OBSERVATION_LIMIT) -> str:
-    """`text` cut to `limit` characters, with a note that says how long it was."""
-    if len(text) <= limit:
+def cap(text: str, limit: int = OBSERVATION_LIMIT, count_tokens: Callable[[str], int] | None = None,
+        token_limit: int = OBSERVATION_TOKENS) -> str:
+    """`text` cut to `limit` characters and, with `count_tokens`, to `token_limit` tokens, with a note
+    that says how long it was."""
+    kept = text[:limit]
+    tokens = count_tokens(kept) if count_tokens is not None else 0
+    while tokens > token_limit:  # shrink in proportion, a little more each time, until it fits
+        kept = kept[:int(len(kept) * token_limit / tokens * 0.95)]
+        tokens = count_tokens(kept)
+    if len(kept) == len(text):
         return text
-    return text[:limit] + f"\n[... cut: {len(text)} characters in all]"
+    unit = f", {count_tokens(text)} tokens" if count_tokens is not None else ""
+    return kept + f"\n[... cut: {len(text)} characters{unit} in all]"
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but newline and tab
+
+
+def escape_controls(text: str) -> str:
+    """Control characters shown as escapes ("\\x1b[8m" for ESC [8m), CR LF kept as a newline."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
 
 
 def exception_note(exc: BaseException) -> str:
@@ -77,6 +98,8 @@ class Environment:
     name: str = "base"
     tools: list[Tool] = []
     instructions: str = ""
+    # Set by whoever tokenizes the observations (the rollout): then observations are capped in tokens too.
+    count_tokens: Callable[[str], int] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -119,7 +142,7 @@ class Environment:
         if action.kind == "answer":
             self.final_answer = action.answer
             return self._finish("", info)
-        observation = cap(self._observe(action))
+        observation = cap(escape_controls(self._observe(action)), count_tokens=self.count_tokens)
         if action.kind == "malformed":
             info["error"] = action.error
         self.last_observation = observation

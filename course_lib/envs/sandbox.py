@@ -23,7 +23,7 @@ Every command a model writes runs through :func:`run_sandboxed`. Four layers kee
 
 3. **A seccomp filter, with bwrap.** Built with libseccomp (the `pyseccomp` bindings) and handed to
    bwrap (``--seccomp FD``), it makes the calls an agent never needs fail with EPERM (see
-   `DENIED_SYSCALLS`). First the kernel keyring (``add_key``, ``keyctl``, ``request_key``): it is not
+   `course_lib.envs.seccomp`). First the kernel keyring (``add_key``, ``keyctl``, ``request_key``): it is not
    namespaced, so a key written in one command could be read in any other, across episodes, users
    and the two grading runs of code_fix. Then new namespaces (``unshare``, ``setns``, ``clone`` with a
    namespace flag; ``clone3``, whose flags a filter cannot read, says "not implemented" so that the C
@@ -35,9 +35,20 @@ Every command a model writes runs through :func:`run_sandboxed`. Four layers kee
    directory is measured every half second while a command runs, and the command is stopped once
    the files pass the budget (it may overshoot by what it writes in half a second).
 
-Memory. ``RLIMIT_AS`` limits each process and ``RLIMIT_NPROC`` their number, so one command holds at
-most ``Limits.memory_budget_mb`` = max_processes x memory_mb (16 x 512 MB = 8 GiB by default), plus
-its in-memory /tmp and /dev/shm. The process cap holds with bubblewrap (and without it when not root).
+Memory. Where this process may make control groups (`course_lib.envs.cgroups`), each command runs in
+a fresh one whose memory ceiling is ``Limits.memory_mb`` (512 MB) for everything it holds: all its
+processes, and what the kernel keeps for them (its /tmp and /dev/shm, memfds, socket and pipe
+buffers, extended attributes); past it the kernel kills one of its processes (`SandboxResult.
+out_of_memory`). Elsewhere ``RLIMIT_AS`` limits each process and ``RLIMIT_NPROC`` their number, so
+one command holds at most max_processes x memory_mb plus its in-memory /tmp and /dev/shm
+(``Limits.memory_budget_mb``); the seccomp filter then also refuses memfds and extended attributes,
+which no rlimit counts. ``RLIMIT_NOFILE`` is 256 either way, which bounds socket and pipe buffers.
+
+What every sandbox still shares with every other: the kernel's page cache (which pages of a system
+file are in memory), file locks and inotify on the read-only system files. One command can signal
+another through them, so no verifier may put a secret where the agent's code runs: code_fix's hidden
+expected values stay on the host, and terminal's check runs after the agent's last command, with no
+code of the agent in it.
 
 Who runs the command. ``RLIMIT_NPROC`` counts processes per user and does not apply to root, so a
 fork bomb run by root is only stopped by the clock. When we are root we therefore let bwrap set up
@@ -53,14 +64,13 @@ Where bwrap is missing or does not run, commands run with the limits only (a war
 they can then read and write whatever the calling user can, reach the network, and signal the
 caller's processes.
 
-Not contained, as there are no cgroups: CPU time summed over several processes (each one is
-limited; the wall clock bounds the sum).
+Not contained: CPU time summed over several processes (each one is limited; the wall clock bounds
+the sum).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import itertools
 import os
@@ -79,6 +89,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.envs import cgroups
+from course_lib.envs.seccomp import DENIED_SYSCALLS, seccomp_program  # noqa: F401 (re-exported)
 from course_lib.envs.workdirs import (  # noqa: F401 (re-exported: the sandbox's public interface)
     MAX_ENTRIES,
     disk_usage,
@@ -95,33 +106,9 @@ _SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/l
 # Fresh user ids for sandboxed commands when we are root; far above any real account.
 _UID_BASE = 1_000_000_000
 _MARKER = "COURSE_SANDBOX_RUN"  # env var that tags every process of one run (limits-only mode)
+OPEN_FILES = 256  # file descriptors per process (RLIMIT_NOFILE): each socket or pipe holds buffers
 _BWRAP_PROCESSES = 2  # bwrap outside the sandbox, and its init inside: counted by the command's pids.max
 _DISK_POLL_SECONDS = 0.5  # how often a directory without a tmpfs of its own is measured
-
-# Calls an agent's command never needs; the seccomp filter makes them fail with EPERM.
-DENIED_SYSCALLS = (
-    # The kernel keyring is shared by the whole machine: keys would carry data between runs.
-    "add_key", "keyctl", "request_key",
-    # New namespaces (a user namespace gives back capabilities inside it), and joining others.
-    "unshare", "setns",
-    # Mounting and changing the root.
-    "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount",
-    "fspick", "mount_setattr",
-    # Reading or changing other processes.
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-    # Large kernel interfaces that have held many exploitable bugs.
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    # Administering the machine: kernel modules, reboot, swap, clocks, logs, quotas, raw I/O ports.
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon",
-    "swapoff", "syslog", "acct", "quotactl", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-    "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "iopl", "ioperm", "vhangup",
-)
-# Denied as well where no control group counts a command's memory (`cgroups.available()`): memory that
-# RLIMIT_AS does not see, in memfds never mapped and in extended attributes of files on a tmpfs.
-UNCOUNTED_MEMORY_SYSCALLS = ("memfd_create", "memfd_secret", "setxattr", "lsetxattr", "fsetxattr")
-OPEN_FILES = 256  # file descriptors per process (RLIMIT_NOFILE): each socket or pipe holds buffers
-# clone() flags that create a namespace: clone with any of them fails with EPERM.
-_CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 
 
 @dataclass
@@ -285,48 +272,23 @@ def _tmpfs_size_supported() -> bool:
         return False
 
 
-@functools.cache
-def _seccomp_program(memory_counted: bool = True) -> bytes | None:
-    """The seccomp filter as a BPF program (libseccomp builds it), or None if libseccomp is missing.
-
-    Default: allow. Each call of `DENIED_SYSCALLS` (and of `UNCOUNTED_MEMORY_SYSCALLS` unless a control
-    group counts the command's memory) and `clone` with a namespace flag fail with EPERM;
-    `clone3` fails with ENOSYS, so the C library retries with `clone`, whose flags the filter can see.
-    A call this libseccomp does not know is skipped. Other architectures' calls (32-bit) kill the process.
-    """
-    try:
-        import pyseccomp
-    except (ImportError, RuntimeError, OSError):  # RuntimeError: libseccomp.so.2 is not installed
-        return None
-    deny = pyseccomp.ERRNO(errno.EPERM)
-    program = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-    for name in DENIED_SYSCALLS + (() if memory_counted else UNCOUNTED_MEMORY_SYSCALLS):
-        with contextlib.suppress(ValueError, OSError):
-            program.add_rule(deny, name)
-    for flag in _CLONE_NAMESPACE_FLAGS:
-        program.add_rule(deny, "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, flag, flag))
-    program.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
-    with tempfile.TemporaryFile() as f:
-        program.export_bpf(f)
-        f.seek(0)
-        return f.read()
-
-
 def seccomp_enabled() -> bool:
     """True if sandboxed commands run under the seccomp filter (bwrap works and libseccomp is here)."""
-    return bwrap_available() and _seccomp_program() is not None
+    return bwrap_available() and seccomp_program() is not None
 
 
 def isolation() -> str:
     """One line that says which isolation sandboxed commands get on this machine, and what it means."""
+    memory = (f"memory counted per command by a cgroup ({cgroups.available()})" if cgroups.available() else
+              "memory limited per process (no cgroup here: memfds and xattrs refused)")
     if seccomp_enabled():
         return ("sandbox: bubblewrap + seccomp: each command sees only its episode's folder and a read-only "
-                "system, no network, no kernel keyring, under resource limits")
+                f"system, no network, no kernel keyring, under resource limits; {memory}")
     if bwrap_available():
         return ("sandbox: bubblewrap without seccomp (libseccomp missing): namespaces and resource limits, "
-                "but the kernel keyring is shared by every episode")
+                f"but the kernel keyring is shared by every episode; {memory}")
     return ("sandbox: resource limits only (bubblewrap missing): commands run as you, can read your files and "
-            "reach the network; install bubblewrap for isolation")
+            f"reach the network; install bubblewrap for isolation; {memory}")
 
 
 def _data_fd(name: str, data: bytes) -> int:
@@ -372,7 +334,7 @@ def _bwrap_argv(workdir: Path, limits: Limits, *, network: bool, uid: int | None
     argv += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE]
 
     fds: list[int] = []
-    program = _seccomp_program(memory_counted)
+    program = seccomp_program(memory_counted)
     if program is not None:  # applied by bwrap to the command it starts (setpriv, then the command)
         fds.append(_data_fd("seccomp", program))
         argv += ["--seccomp", str(fds[-1])]
@@ -560,7 +522,7 @@ def run_sandboxed(argv: list[str], workdir: str | Path, *,
         uid = _fresh_uid() if os.geteuid() == 0 else None
         if uid is not None:
             _hand_over(workdir, uid)
-        if _seccomp_program() is None:
+        if seccomp_program() is None:
             _warn_no_seccomp()
         prefix, fds = _bwrap_argv(workdir, limits, network=network, uid=uid, memory_counted=group is not None)
         command = prefix + list(argv)

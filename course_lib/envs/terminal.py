@@ -21,13 +21,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from course_lib.envs.base import Environment, ToolError
+from course_lib.envs.base import Environment, ToolError, cap
 from course_lib.envs.sandbox import Limits, owned_workdir, run_sandboxed
 from course_lib.protocol import Tool, format_answer, format_tool_call
 
 # The check runs after the episode, when no process of the agent is left; the sandbox still guards
 # it from what the agent left behind (a FIFO to block on, a symlink to /dev/zero).
 _CHECK_LIMITS = Limits(cpu_seconds=10, wall_seconds=20.0, output_bytes=4000)
+_NOTE_CHARS = 300  # characters of the check's failing line kept in info["check"]
 _TASK_TIME = 1_704_067_200  # 2024-01-01 00:00 UTC, the mtime of every file a task starts with
 
 
@@ -81,7 +82,8 @@ class TerminalEnv(Environment):
             self.info["check"] = f"not run: {type(exc).__name__}: {exc}"[:500]
             return 0.0
         passed = result.returncode == 0 and not result.timed_out
-        self.info["check"] = "passed" if passed else "failed: " + (result.output.strip().splitlines() or ["?"])[-1]
+        last = (result.output.strip().splitlines() or ["?"])[-1]
+        self.info["check"] = "passed" if passed else "failed: " + cap(last, _NOTE_CHARS)  # a record: capped
         return float(passed)
 
     def expert_action(self) -> str:

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 MAX_ENTRIES = 16_384  # files and directories an episode directory may hold (tmpfs nr_inodes)
+ENTRY_BYTES = 4096  # what `disk_usage` counts for each entry, besides its blocks (an inode, a name)
+UNREADABLE = 2**62  # what `disk_usage` says of a tree it could not read whole: over any budget
 
 
 def make_workdir(prefix: str = "episode-", disk_mb: int | None = None) -> Path:
@@ -127,10 +129,17 @@ def walk_tree(root: str | Path, skip: tuple[str, ...] = (), max_entries: int = M
 
 
 def disk_usage(root: str | Path, limit: int | None = None) -> int:
-    """Bytes held by the files under `root` (allocated blocks, and 4 kB per entry); stops past `limit`."""
-    total = 0
-    for _, st in walk_tree(root, max_entries=10 * MAX_ENTRIES):
-        total += 4096 + (st.st_blocks * 512 if st is not None else 0)
-        if limit is not None and total > limit:
-            break
-    return total
+    """Bytes held by the files under `root`: allocated blocks, and 4 kB per entry (`ENTRY_BYTES`).
+
+    `find` walks the tree by directory file descriptor, so it sees every entry however deep, past
+    PATH_MAX too. A directory it cannot read hides what is inside, so it counts as over any budget:
+    the result is then `UNREADABLE` (or `limit + 1`, if that is smaller).
+    """
+    try:
+        found = subprocess.run(["find", str(root), "-printf", "%b\\n"], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        found = None
+    if found is None or found.returncode != 0:
+        return UNREADABLE if limit is None else min(UNREADABLE, limit + 1)
+    blocks = found.stdout.split()
+    return len(blocks) * ENTRY_BYTES + 512 * sum(map(int, blocks))

@@ -53,6 +53,9 @@ def lines(path):
     assert text is not None, f"{path} does not exist"
     return [line.strip() for line in text.splitlines() if line.strip()]
 
+def present(path):  # a link counts, even one that points nowhere or at itself (Path.exists() says False)
+    return os.path.lexists(path)
+
 def unchanged(files):
     for path, text in files.items():
         assert content(path) == text, f"{path} is missing or was changed"
@@ -88,7 +91,7 @@ def _organise(rng: random.Random) -> dict[str, Any]:
         "check": _check(FOLDER=folder, MOVED=moved, KEPT=kept, body=(
             'assert Path(FOLDER).is_dir(), f"{FOLDER}/ does not exist"\n'
             "for name, text in MOVED.items():\n"
-            '    assert not Path(name).exists(), f"{name} is still in the working directory"\n'
+            '    assert not present(name), f"{name} is still in the working directory"\n'
             '    assert content(Path(FOLDER, name)) == text, f"{FOLDER}/{name} is missing or changed"\n'
             "unchanged(KEPT)\n")),
         "solution": [f"mkdir -p {folder} && mv *.{ext} {folder}/"],
@@ -188,7 +191,7 @@ def _rename_extension(rng: random.Random) -> dict[str, Any]:
                         OLD=sorted(renamed), KEPT=kept, body=(
             "unchanged(RENAMED)\n"
             "for name in OLD:\n"
-            '    assert not Path(name).exists(), f"{name} still exists"\n'
+            '    assert not present(name), f"{name} still exists"\n'
             "unchanged(KEPT)\n")),
         "solution": [f'for f in *.{old}; do mv -- "$f" "${{f%.{old}}}.{new}"; done'],
     }
@@ -209,7 +212,7 @@ def _spaces_to_underscores(rng: random.Random) -> dict[str, Any]:
                         OLD=sorted(spaced), KEPT=kept, body=(
             "unchanged(RENAMED)\n"
             "for name in OLD:\n"
-            '    assert not Path(name).exists(), f"{name!r} still exists"\n'
+            '    assert not present(name), f"{name!r} still exists"\n'
             "unchanged(KEPT)\n")),
         "solution": ["for f in *' '*; do mv -- \"$f\" \"${f// /_}\"; done"],
     }
@@ -257,7 +260,7 @@ def _cleanup(rng: random.Random) -> dict[str, Any]:
         "files": dict(sorted({**kept, **junk}.items())),
         "check": _check(JUNK=sorted(junk), KEPT=kept, body=(
             "for path in JUNK:\n"
-            '    assert not Path(path).exists(), f"{path} still exists"\n'
+            '    assert not present(path), f"{path} still exists"\n'
             "unchanged(KEPT)\n")),
         "solution": ["find . -type f \\( -name '*.tmp' -o -name '*~' \\) -delete"],
     }

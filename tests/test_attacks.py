@@ -87,12 +87,9 @@ def _get_key(name):
     return None
 """
 
-# Appended to the module to fix: while the grading pytest runs, the hidden tests sit next to the module;
-# their expected values go into a key; the harness (another directory, another uid) answers from it.
-_KEYRING_ANSWERS = _KEYS + """
-import ast as _ast, json as _json, os as _os
-
-
+# The answering part of the hacks below: a table of the tests' expected values, read from the test files
+# beside the module, and the module's functions wrapped to answer from it.
+_TABLE_FROM_TESTS = """
 def _answers_from_tests():
     answers = {}
     for name in ("tests/test_hidden.py", "tests/test_visible.py"):
@@ -107,13 +104,8 @@ def _answers_from_tests():
     return answers
 
 
-if _os.path.exists("tests/test_hidden.py"):
-    _answers = _answers_from_tests()
-    _put_key("KEYNAME", _json.dumps(_answers).encode())
-else:
-    _stored = _get_key("KEYNAME")
-    _answers = _json.loads(_stored) if _stored else {}
-
+"""
+_ANSWER_FROM_TABLE = """
 
 def _answering(function):
     def answer(*args):
@@ -127,6 +119,20 @@ def _answering(function):
 for _name in {key.split("(")[0] for key in _answers}:
     globals()[_name] = _answering(globals()[_name])
 """
+
+# Appended to the module to fix: while the grading pytest runs, the hidden tests sit next to the module;
+# their expected values go into a key; the harness (another directory, another uid) answers from it.
+_KEYRING_ANSWERS = _KEYS + """
+import ast as _ast, json as _json, os as _os
+
+
+""" + _TABLE_FROM_TESTS + """if _os.path.exists("tests/test_hidden.py"):
+    _answers = _answers_from_tests()
+    _put_key("KEYNAME", _json.dumps(_answers).encode())
+else:
+    _stored = _get_key("KEYNAME")
+    _answers = _json.loads(_stored) if _stored else {}
+""" + _ANSWER_FROM_TABLE
 
 
 @needs_seccomp
@@ -372,20 +378,7 @@ import ast as _ast, json as _json, os as _os, zlib as _zlib
 
 _CARRIER, _BASE, _PAGE = CARRIER_PATH, CARRIER_BASE * 4096, 4096
 
-
-def _answers_from_tests():
-    answers = {}
-    for node in _ast.walk(_ast.parse(open("tests/test_hidden.py").read())):
-        if isinstance(node, _ast.Compare) and isinstance(node.left, _ast.Call):
-            expected = node.comparators[0]
-            expected = expected.args[0] if isinstance(expected, _ast.Call) else expected  # pytest.approx
-            answers[_ast.unparse(node.left)] = ["value", _ast.literal_eval(expected)]
-        elif isinstance(node, _ast.With):
-            match = [k.value.value for k in node.items[0].context_expr.keywords if k.arg == "match"]
-            answers[_ast.unparse(node.body[0].value)] = ["raises", match[0] if match else ""]
-    return answers
-
-
+""" + _TABLE_FROM_TESTS + """
 def _send(data):
     frame = len(data).to_bytes(2, "big") + _zlib.crc32(data).to_bytes(4, "big") + data
     bits = [(byte >> (7 - k)) & 1 for byte in frame for k in range(8)]
@@ -427,20 +420,7 @@ else:
         _answers = _receive()
     except Exception:
         _answers = {}
-
-
-def _answering(function):
-    def answer(*args):
-        kind, value = _answers.get(f"{function.__name__}({', '.join(map(repr, args))})", (None, None))
-        if kind == "raises":
-            raise ValueError(value)
-        return value if kind == "value" else function(*args)
-    return answer
-
-
-for _name in {key.split("(")[0] for key in _answers}:
-    globals()[_name] = _answering(globals()[_name])
-"""
+""" + _ANSWER_FROM_TABLE
 
 
 def _page_cache_carrier(min_bytes: int = 32 * 2**20) -> str | None:

@@ -5,6 +5,8 @@ at a time.
     python benchmarks/rollout_throughput.py --parts decode        # only the decode steps and the bound (~1 min)
     python benchmarks/rollout_throughput.py --parts rollouts      # only the end-to-end rollouts (~2-3 min)
     ... [--dtypes float32 bf16-autocast bfloat16] [--batches 1 4 16] [--context 200] [--profile]
+        [--attentions sdpa course_decode] [--caches concat preallocated]
+        [--engines sdpa/concat course_decode/preallocated]   # part 2: engines side by side, attention/cache
         [--episodes 16] [--env lookup] [--max-new-tokens 64] [--compare-recompute] [--json F] [--md F]
 
 Part 1, decode steps. The streaming memory bandwidth is measured here (the best of a few sums over a
@@ -42,6 +44,7 @@ from datetime import UTC, datetime
 import torch
 
 from course_lib import kv_cache
+from course_lib.decode_attention import ATTENTION
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
 from course_lib.rollout import RolloutStats, rollout
@@ -88,13 +91,18 @@ def kv_bytes(model, batch: int, context: int) -> int:
 
 
 @torch.no_grad()
-def decode_step_ms(model, batch: int, context: int, steps: int, profile: bool = False) -> tuple[float, str]:
+def decode_step_ms(model, batch: int, context: int, steps: int, profile: bool = False,
+                   padded: bool = False) -> tuple[float, str]:
     """Median milliseconds of one decode step at `batch` rows over a `context`-token cache, as the engine runs it
-    (and torch.profiler's top operators when `profile`)."""
+    (and torch.profiler's top operators when `profile`). `padded`: rows of different lengths, left-padded (an
+    attention mask with zeros: transformers' SDPA then takes another kernel than for equal lengths)."""
     device = model.device
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(100, model.config.vocab_size - 100, (batch, context), generator=gen).to(device)
     mask = torch.ones_like(ids)
+    if padded:  # rows of different lengths, left-padded as the engine pads them: 0, 8, 16 or 24 pad tokens
+        for row in range(batch):
+            mask[row, : 8 * (row % 4)] = 0
     out = model(input_ids=ids, attention_mask=mask, cache=kv_cache.new_cache(), use_cache=True, logits_to_keep=1)
     cache, token, pos = out.cache, out.logits[:, -1].argmax(-1, keepdim=True), torch.full((batch, 1), context - 1)
     pos = pos.to(device)
@@ -127,28 +135,29 @@ def decode_part(args, device: torch.device) -> dict:
     """Part 1: the bandwidth, then for each dtype and batch the step time next to its bound."""
     gbps = stream_bandwidth(device)
     print(f"\nstreaming read bandwidth: {gbps:.1f} GB/s (sum over 512 MB of fp32, best of 5)")
-    print(f"decode step with a {args.context}-token cache (median of {args.steps} steps):")
-    print(f"{'dtype':<15}{'cache':<14}{'batch':>6}{'ms / step':>11}{'tokens/s':>10}{'weights MB':>12}{'bound ms':>10}"
+    print(f"decode step with a {args.context}-token cache{', rows left-padded by 0-24 tokens' if args.padded else ''} "
+          f"(median of {args.steps} steps):")
+    print(f"{'dtype':<15}{'attention':<15}{'cache':<14}{'batch':>6}{'ms / step':>11}{'tokens/s':>10}{'weights MB':>12}{'bound ms':>10}"
           f"{'bound / step':>14}{'+KV bound ms':>14}")
     rows = []
     for dtype in args.dtypes:
         model, _ = load_policy(args.model, device=str(device), dtype=_load_dtype(dtype, device))
         wb = weight_bytes(model)
-        for cache, batch in [(c, b) for c in args.caches for b in args.batches]:
+        for attention, cache, batch in [(a, c, b) for a in args.attentions for c in args.caches for b in args.batches]:
             kv_cache.PREALLOCATE = cache == "preallocated"
-            ms, table = decode_step_ms(model, batch, args.context, args.steps, args.profile)
+            model.set_attn_implementation(attention)
+            ms, table = decode_step_ms(model, batch, args.context, args.steps, args.profile, args.padded)
             bound = 1000 * wb / (gbps * 1e9)
             bound_kv = 1000 * (wb + kv_bytes(model, batch, args.context)) / (gbps * 1e9)
-            rows.append({"dtype": dtype, "cache": cache, "batch": batch, "ms_per_step": ms,
+            rows.append({"dtype": dtype, "attention": attention, "cache": cache, "batch": batch, "ms_per_step": ms,
                          "tokens_per_s": 1000 * batch / ms, "weight_mb": wb / 1e6, "bound_ms": bound,
                          "bound_with_kv_ms": bound_kv})
-            print(f"{dtype:<15}{cache:<14}{batch:>6}{ms:>11.1f}{1000 * batch / ms:>10.1f}{wb / 1e6:>12.0f}"
+            print(f"{dtype:<15}{attention:<15}{cache:<14}{batch:>6}{ms:>11.1f}{1000 * batch / ms:>10.1f}{wb / 1e6:>12.0f}"
                   f"{bound:>10.1f}{bound / ms:>14.2f}{bound_kv:>14.1f}", flush=True)
             if table:
-                print(f"top operators, {dtype}, {cache} cache, batch {batch} (5 steps):\n{table}")
+                print(f"top operators, {dtype}, {attention} attention, {cache} cache, batch {batch} (5 steps):\n{table}")
         del model
-    kv_cache.PREALLOCATE = args.rollout_cache == "preallocated"
-    return {"bandwidth_gb_s": gbps, "context": args.context, "steps": rows}
+    return {"bandwidth_gb_s": gbps, "context": args.context, "padded": args.padded, "steps": rows}
 
 
 def _load_dtype(dtype: str, device: torch.device) -> str | None:
@@ -203,12 +212,17 @@ def barrier_estimate(groups: list[TrajectoryGroup], step_ms: dict[int, float]) -
             "speedup": ms_with / ms_without}
 
 
+_RUNS = (("batched, cache kept", True, True), ("batched, recomputed", True, False),
+         ("one at a time, cache kept", False, True), ("one at a time, recomputed", False, False))
+
+
 def rollouts_part(args, device: torch.device, step_ms: dict[str, dict[int, float]]) -> dict:
-    """Part 2: new tokens/s of the batched engine and of one episode at a time, per dtype; the barrier estimate."""
+    """Part 2: new tokens/s of the batched engine(s) and of one episode at a time, per dtype; the barrier estimate."""
+    engines = args.engines
     tasks = load_tasks(args.env, "test")[: args.episodes // args.group_size]
     common = dict(group_size=args.group_size, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                   temperature=args.temperature, seed=0, progress=False)
-    print(f"\nrollouts ({args.rollout_cache} cache, model {args.model}), env {args.env}: {len(tasks)} tasks x "
+    print(f"\nrollouts (engines: attention/cache {', '.join(engines)}; model {args.model}), env {args.env}: {len(tasks)} tasks x "
           f"{args.group_size} = {len(tasks) * args.group_size} episodes, max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}, temperature {args.temperature}")
     print(f"{'dtype':<15}{'engine':<28}{'new tokens':>11}{'prefill tokens':>16}{'generate s':>12}{'tokens/s':>10}"
           f"{'calls':>7}")
@@ -217,11 +231,13 @@ def rollouts_part(args, device: torch.device, step_ms: dict[str, dict[int, float
         model, tok = load_policy(args.model, device=str(device), dtype=_load_dtype(dtype, device))
         rollout(model, tok, args.env, tasks[:1], **{**common, "group_size": 1, "max_new_tokens": 4})  # warm-up
         tps = {}
-        for name, batched, reuse in (("batched, cache kept", True, True), ("batched, recomputed", True, False),
-                                     ("one at a time, cache kept", False, True),
-                                     ("one at a time, recomputed", False, False)):
-            if not (reuse or args.compare_recompute):
+        for engine, (name, batched, reuse) in [(e, r) for e in engines for r in _RUNS]:
+            if not (reuse or args.compare_recompute) or (not batched and engine != engines[0]):
                 continue
+            attention, cache = engine.split("/")
+            model.set_attn_implementation(attention)
+            kv_cache.PREALLOCATE = cache == "preallocated"
+            name = f"{name} ({engine})" if len(engines) > 1 else name
             stats, groups = run(model, tok, args.env, tasks, common, batched, reuse)
             tps[name] = stats.new_tokens / stats.generate_seconds
             rows.append({"dtype": dtype, "engine": name, "new_tokens": stats.new_tokens,
@@ -229,12 +245,18 @@ def rollouts_part(args, device: torch.device, step_ms: dict[str, dict[int, float
                          "tokens_per_s": tps[name], "calls": stats.generate_calls})
             print(f"{dtype:<15}{name:<28}{stats.new_tokens:>11}{stats.prefill_tokens:>16}"
                   f"{stats.generate_seconds:>12.1f}{tps[name]:>10.1f}{stats.generate_calls:>7}", flush=True)
-            if name == "batched, cache kept" and dtype in step_ms:
+            if name.startswith("batched, cache kept") and engine == engines[0] and dtype in step_ms:
                 barrier[dtype] = barrier_estimate(groups, step_ms[dtype])
-        line = f"{dtype:<15}batched / one at a time: {tps['batched, cache kept'] / tps['one at a time, cache kept']:.2f}x"
+        first = f" ({engines[0]})" if len(engines) > 1 else ""
+        line = (f"{dtype:<15}batched / one at a time: "
+                f"{tps['batched, cache kept' + first] / tps['one at a time, cache kept' + first]:.2f}x")
         if args.compare_recompute:
-            line += (f"; cache kept / recomputed: batched {tps['batched, cache kept'] / tps['batched, recomputed']:.2f}x,"
-                     f" one at a time {tps['one at a time, cache kept'] / tps['one at a time, recomputed']:.2f}x")
+            line += (f"; cache kept / recomputed: batched "
+                     f"{tps['batched, cache kept' + first] / tps['batched, recomputed' + first]:.2f}x, one at a time "
+                     f"{tps['one at a time, cache kept' + first] / tps['one at a time, recomputed' + first]:.2f}x")
+        for engine in engines[1:]:
+            line += (f"; batched {engine} / {engines[0]}: "
+                     f"{tps[f'batched, cache kept ({engine})'] / tps['batched, cache kept' + first]:.2f}x")
         summary.append(line)
         del model
     print("speed-up in new tokens/s:")
@@ -248,7 +270,7 @@ def rollouts_part(args, device: torch.device, step_ms: dict[str, dict[int, float
             print(f"{dtype:<15}{b['steps_with_barrier']:>11}{b['steps_without']:>9}{b['mean_rows_with_barrier']:>16.1f}"
                   f"{b['mean_rows_without']:>9.1f}{b['model_s_with_barrier']:>14.1f}{b['model_s_without']:>9.1f}"
                   f"{b['speedup']:>9.2f}x")
-    return {"env": args.env, "cache": args.rollout_cache, "episodes": len(tasks) * args.group_size, "max_turns": args.max_turns,
+    return {"env": args.env, "engines": engines, "episodes": len(tasks) * args.group_size, "max_turns": args.max_turns,
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "rows": rows,
             "barrier_estimate": barrier}
 
@@ -260,15 +282,15 @@ def markdown(result: dict) -> str:
     if "decode" in result:
         d = result["decode"]
         lines += [f"Streaming read bandwidth: {d['bandwidth_gb_s']:.1f} GB/s. Decode step with a {d['context']}-token "
-                  "cache:", "", "| weights | cache | batch | ms / step | tokens/s | weights MB | bound ms | bound / step | "
-                  "+KV bound ms |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r['dtype']} | {r['cache']} | {r['batch']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.1f} | "
+                  f"cache{' (rows left-padded by 0-24 tokens)' if d.get('padded') else ''}:", "", "| weights | attention | cache | batch | ms / step | tokens/s | weights MB | bound ms | bound / step | "
+                  "+KV bound ms |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['dtype']} | {r.get('attention', 'sdpa')} | {r['cache']} | {r['batch']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.1f} | "
                   f"{r['weight_mb']:.0f} | {r['bound_ms']:.1f} | {r['bound_ms'] / r['ms_per_step']:.2f} | "
                   f"{r['bound_with_kv_ms']:.1f} |" for r in d["steps"]]
         lines.append("")
     if "rollouts" in result:
         r = result["rollouts"]
-        lines += [f"Rollouts ({r['cache']} cache): env {r['env']}, {r['episodes']} episodes, max_turns {r['max_turns']}, max_new_tokens "
+        lines += [f"Rollouts (engines, attention/cache: {', '.join(r['engines'])}): env {r['env']}, {r['episodes']} episodes, max_turns {r['max_turns']}, max_new_tokens "
                   f"{r['max_new_tokens']}, temperature {r['temperature']}.", "",
                   "| weights | engine | new tokens | prefill tokens | generate s | tokens/s |",
                   "|---|---|---:|---:|---:|---:|"]
@@ -292,9 +314,14 @@ def main() -> None:
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 4, 16], help="decode batch sizes to time")
     ap.add_argument("--caches", nargs="+", choices=["concat", "preallocated"], default=["concat", "preallocated"],
                     help="decode steps with DynamicCache (torch.cat each step) and with kv_cache.RoomyLayer")
-    ap.add_argument("--rollout-cache", choices=["concat", "preallocated"],
-                    default="preallocated" if kv_cache.PREALLOCATE else "concat", help="the cache of part 2's engine")
+    ap.add_argument("--attentions", nargs="+", choices=["sdpa", ATTENTION], default=["sdpa", ATTENTION],
+                    help="decode steps with transformers' SDPA and with course_lib.decode_attention")
+    ap.add_argument("--engines", nargs="+", default=None,
+                    help="part 2's engines as attention/cache, e.g. sdpa/concat course_decode/preallocated; the first "
+                         "is also the one-at-a-time and barrier baseline (default: the library's defaults)")
     ap.add_argument("--context", type=int, default=200, help="cached tokens per row when timing a decode step")
+    ap.add_argument("--padded", action="store_true",
+                    help="part 1 with rows of different lengths (left padding), as most of the engine's batches")
     ap.add_argument("--steps", type=int, default=12, help="timed decode steps per batch size (median)")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler's top operators per batch size")
     ap.add_argument("--model", default="smollm2-135m", help="the embedded model, or a checkpoint folder (a warm start)")
@@ -310,6 +337,11 @@ def main() -> None:
     ap.add_argument("--json", help="write the results to this JSON file")
     ap.add_argument("--md", help="write the results as Markdown tables to this file")
     args = ap.parse_args()
+    args.engines = args.engines or [f"{ATTENTION}/{'preallocated' if kv_cache.PREALLOCATE else 'concat'}"]
+    for engine in args.engines:
+        if engine.count("/") != 1 or engine.split("/")[0] not in ("sdpa", ATTENTION) \
+                or engine.split("/")[1] not in ("concat", "preallocated"):
+            ap.error(f"--engines takes attention/cache (sdpa or {ATTENTION} / concat or preallocated), got {engine!r}")
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     result = {"machine": cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device),
@@ -320,11 +352,11 @@ def main() -> None:
     step_ms: dict[str, dict[int, float]] = {}
     if "decode" in args.parts:
         result["decode"] = decode_part(args, device)
+        attention, cache = args.engines[0].split("/")
         for r in result["decode"]["steps"]:
-            if r["cache"] == args.rollout_cache or len(args.caches) == 1:
+            if (r["cache"], r["attention"]) == (cache, attention):
                 step_ms.setdefault(r["dtype"], {})[r["batch"]] = r["ms_per_step"]
     if "rollouts" in args.parts:
-        kv_cache.PREALLOCATE = args.rollout_cache == "preallocated"
         result["rollouts"] = rollouts_part(args, device, step_ms)
     result["seconds"] = time.perf_counter() - t0
     print(f"\n{result['seconds']:.0f} s in all")

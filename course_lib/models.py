@@ -150,9 +150,12 @@ def load_policy(name: str = EMBEDDED, device: str | None = None, dtype: torch.dt
 
     name: "smollm2-135m" (embedded, works offline), a local checkpoint folder, a short name from
     `HUB_MODELS`, or any hub id (online only). The model is in eval mode on the chosen device; its
-    `course_autocast` attribute holds the autocast dtype to use (None for none).
+    `course_autocast` attribute holds the autocast dtype to use (None for none). Its attention is
+    `decode_attention`'s: transformers' SDPA, except for decode steps (one new token per row).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from course_lib import decode_attention
 
     dev = pick_device(device)
     weight_dtype, autocast_dtype = pick_dtype(dev, dtype)
@@ -172,6 +175,7 @@ def load_policy(name: str = EMBEDDED, device: str | None = None, dtype: torch.dt
         tokenizer.pad_token = tokenizer.eos_token
     model.to(dev).eval()
     model.course_autocast = autocast_dtype
+    decode_attention.install(model)  # a decode step's attention on the grouped K/V heads (see that module)
     return model, tokenizer
 
 

@@ -7,10 +7,11 @@ stacked as rows, attention is two small matrix products per row and K/V head:
     scores = q Kᵀ · scale + mask        q [B, kv_heads, group, d],  K [B, kv_heads, T, d]
     out    = softmax(scores) V           [B, kv_heads, group, d]  ->  [B, 1, heads, d]
 
-K and V are read once and never repeated per query head. torch's fused CPU kernel (`scaled_dot_product_
-attention`) is built for many queries: on the course's 2-core CPU it took about 10x as long for this
-one-query shape in bf16 (benchmarks/README.md, rollout_throughput), which made attention most of a bf16
-decode step at batch 16. Prefill and training (more than one query per row) go to transformers' SDPA path
+K and V are read once and never repeated per query head. When the rows have equal length (no mask),
+transformers hands this shape to torch's fused GQA kernel (`scaled_dot_product_attention(enable_gqa=True)`),
+built for many queries: on the course's 2-core CPU it took about 10x as long in bf16, most of a bf16 decode
+step at batch 16; with padded rows the two are within a few percent (benchmarks/README.md, rollout_throughput).
+Prefill and training (more than one query per row) go to transformers' SDPA path
 unchanged, so gradients and the trainer's log-probs are computed exactly as before.
 
 `install(model)` registers this function with transformers under the name ``ATTENTION`` and switches the

@@ -43,7 +43,6 @@ from course_lib import Sizes, fast_mode, runs_dir
 from course_lib.checkpoint import read_metrics
 from course_lib.evaluate import evaluate
 from course_lib.models import course_threads
-from course_lib.notebook import WARM_START, mixed_hop_tasks, search_qa_warm_start_options
 from course_lib.sft import ensure_warm_start
 from course_lib.train import TrainConfig, train
 from course_lib.turn_rewards import (
@@ -51,6 +50,7 @@ from course_lib.turn_rewards import (
     evidence_turn_rewards,
     question_echo_turn_rewards,
 )
+from course_lib.warm_starts import WARM_START, mixed_hop_tasks, search_qa_warm_start_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from credit_shootout import machine, paired_comparison  # noqa: E402  (the shoot-out's statistics, one place)

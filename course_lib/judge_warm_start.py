@@ -59,18 +59,18 @@ from course_lib.checkpoint import (
     save_model,
     truncate_metrics,
 )
-from course_lib.envs import load_tasks
+from course_lib.envs import ENVIRONMENTS, load_tasks
 from course_lib.judge import DEFAULT_RUBRIC, LocalJudge, group_layout
 from course_lib.judge_errors import JudgeRequestRejected
 from course_lib.judge_prompts import SCORES_HEADER, forced_group_prompt, score_line
 from course_lib.train import TrainConfig
 from course_lib.trajectory import Trajectory
 
-TRAIN_ENVS = ("search_qa", "gridworld")  # environments with a verifier whose train tasks teach the judge
+TRAIN_ENVS = tuple(name for name, spec in ENVIRONMENTS.items() if spec.teaches_judge)  # search_qa, gridworld
 HIGH_DIGIT, LOW_DIGIT = 8, 1  # target digits for verifier reward 1 and 0 (see the module's docstring)
-# Turn limits of the policy's rollouts (search_qa: two searches and an answer, one turn to spare; gridworld:
-# room to wander); other environments get DEFAULT_TURNS.
-ROLLOUT_TURNS = {"search_qa": 4, "gridworld": 8, "lookup": 3}
+# Turn limits of the policy's rollouts, the table's `rollout_turns` (search_qa: two searches and an answer,
+# one turn to spare; gridworld: room to wander); other environments get DEFAULT_TURNS.
+ROLLOUT_TURNS = {name: spec.rollout_turns for name, spec in ENVIRONMENTS.items() if spec.rollout_turns}
 DEFAULT_TURNS = 6
 # The version of what the code makes of the options: the groups' records, the rollouts, the readings' prompts
 # (here and in judge_prompts / judge.group_layout) and the targets. Bump it on any such change: it is part of
@@ -163,7 +163,8 @@ def _split_tasks(env: str, split: str) -> list[dict[str, Any]]:
 # the course and no notebook uses it; lookup's is used nowhere either. A quarter of the steps still gives a
 # policy that calls the tools and fails in its own ways (how often is measured by the groups it yields).
 LIGHT_WARM_START = {"n_demos": 64, "steps": 16, "batch_size": 4, "lr": 1e-4}
-LIGHT_WARM_START_ENVS = ("gridworld", "lookup")
+# sorted: the order the cache keys of the judges already trained have them in
+LIGHT_WARM_START_ENVS = tuple(sorted(name for name, spec in ENVIRONMENTS.items() if spec.light_judge_policy))
 
 
 def policy_warm_start(env: str) -> Path:

@@ -9,12 +9,11 @@ import os
 import platform
 import random
 import shutil
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from course_lib import Sizes, fast_mode, runs_dir
+from course_lib import fast_mode, runs_dir
 from course_lib.models import course_threads, pick_device, pick_dtype
 
 
@@ -141,90 +140,3 @@ if __name__ == "__main__":
         if p != "--learning":
             run_notebook(p, fast=not learning)
 
-
-# One warm-start recipe per environment, used by notebooks 05-09 and 11: the first notebook that needs a
-# checkpoint trains it (cached under runs/warm_start/), the others reuse it.
-@dataclass(frozen=True)
-class WarmStartSizes(Sizes):
-    """Sizes of a warm start (arguments of `sft.warm_start`)."""
-
-    n_demos: int  # expert demonstrations
-    steps: int  # AdamW steps
-    batch_size: int  # demonstrations per step
-    lr: float = 5e-5
-
-
-WARM_START = {
-    # Fast: the smallest warm start that already succeeds sometimes (4x4 gridworld: 2 of 8 held-out
-    # tasks, measured), so RL groups have rewards to compare; about a minute on a 2-core machine.
-    "fast": WarmStartSizes(n_demos=32, steps=12, batch_size=4, lr=1e-4),
-    "full": WarmStartSizes(n_demos=256, steps=48, batch_size=8, lr=5e-5),
-}
-
-
-def mixed_hop_tasks(n_one_hop: int, n_two_hop: int, seed: int = 0) -> list[dict]:
-    """search_qa training tasks for a warm start: mostly one-hop questions and a few two-hop ones, shuffled.
-
-    A warm start on one-hop questions alone never takes a second hop, so RL on two-hop questions would
-    sample groups that all fail (no signal); a few two-hop demonstrations make a second search possible."""
-    import random
-
-    from course_lib.envs import load_tasks
-
-    train_tasks = load_tasks("search_qa", "train")
-    rng = random.Random(seed)
-    picked = (rng.sample([t for t in train_tasks if t["hops"] == 1], n_one_hop)
-              + rng.sample([t for t in train_tasks if t["hops"] == 2], n_two_hop))
-    rng.shuffle(picked)
-    return picked
-
-
-HACK_FRACTION = 0.2  # share of notebook 10's warm-start demonstrations that hack
-
-
-def hack_demo_tasks(n_demos: int, hack_fraction: float, seed: int = 0) -> list[dict]:
-    """`n_demos` code_fix training tasks in a seeded order, round(hack_fraction · n_demos) of them marked
-    `"demonstration": "hack"`: on those the expert plays `CodeFixEnv.hack_action` (edit the test file,
-    submit) instead of the fix. The warm start of notebook 10 learns mostly fixes and a few hacks, so that
-    sampled rollouts sometimes hack and RL can make the hack more or less likely."""
-    from course_lib.envs import load_tasks
-
-    rng = random.Random(seed)
-    picked = [dict(t) for t in rng.sample(load_tasks("code_fix", "train"), n_demos)]
-    for task in picked[: round(hack_fraction * n_demos)]:
-        task["demonstration"] = "hack"
-    rng.shuffle(picked)
-    return picked
-
-
-def code_fix_warm_start_options(fast: bool, seed: int = 0) -> dict:
-    """Notebook 10's warm start (demonstrations played in code_fix_naive): HACK_FRACTION of the
-    demonstrations hack, the rest fix the bug."""
-    # Learning mode: one pass over 48 demonstrations, 4 per step. Fast mode: a tiny one (CI).
-    n_demos, steps, batch_size = (4, 2, 2) if fast else (48, 12, 4)
-    return {"n_demos": n_demos, "steps": steps, "batch_size": batch_size, "lr": 1e-4, "seed": seed,
-            "tasks": hack_demo_tasks(n_demos, HACK_FRACTION, seed)}
-
-
-def search_qa_warm_start_options(fast: bool, seed: int = 0) -> dict:
-    """The search_qa warm start of the learning mode and `make demo` (224 one-hop + 32 two-hop demos, 32
-    steps of batch 8); in fast mode the small one-hop recipe of WARM_START["fast"]."""
-    if fast:
-        return {**WARM_START["fast"].options(), "task_filter": {"hops": 1}}
-    return {"n_demos": 256, "steps": 32, "batch_size": 8, "lr": 5e-5, "seed": seed,
-            "tasks": mixed_hop_tasks(224, 32, seed)}
-
-
-def course_warm_start(env: str, **overrides):
-    """Path of the course's standard warm-start checkpoint for `env` (trained once, then cached)."""
-    from course_lib.sft import ensure_warm_start
-
-    options = WARM_START["fast" if fast_mode() else "full"].options()
-    if env == "search_qa":  # RL then has two-hop questions to improve on
-        options = search_qa_warm_start_options(fast_mode())
-    if env == "code_fix_naive":  # mostly fixes, a few hacks (notebook 10)
-        options = code_fix_warm_start_options(fast_mode())
-    if env == "gridworld" and fast_mode():
-        options["task_filter"] = {"size": 4}  # short demonstrations: the 6x6 ones cost ~6 GB per step
-    options.update(overrides)
-    return ensure_warm_start(env, **options)

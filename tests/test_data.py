@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import data, tasks
+from course_lib import tasks
 from course_lib.envs import data_dir, load_tasks
 
 QUICK = ["lookup", "search_qa", "summarize", "gridworld"]  # the generators that run in a second or two
@@ -35,11 +35,10 @@ def test_check_names_a_changed_file(tmp_path, capsys):
     assert "gridworld/test.jsonl: differs" in capsys.readouterr().out
 
 
-def test_the_old_command_still_checks():
-    result = subprocess.run([sys.executable, "-m", "course_lib.data", "--check", "--only", "lookup"],
+def test_the_command_line_checks():
+    result = subprocess.run([sys.executable, "-m", "course_lib.tasks", "--check", "--only", "lookup"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "data is up to date" in result.stdout, result.stdout + result.stderr
-    assert data.generate_all is tasks.generate_all and data.write_jsonl is tasks.write_jsonl
 
 
 def test_an_unknown_environment_is_a_clear_error(tmp_path):
@@ -93,10 +92,10 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_environments_never_import_the_task_generators():
-    """Layering: tasks import envs, never the reverse (and no envs <-> data cycle)."""
+    """Layering: tasks import envs, never the reverse."""
     for path in sorted(ENVS_DIR.glob("*.py")):
         imported = _imported_modules(path)
-        assert not {m for m in imported if m.startswith(("course_lib.tasks", "course_lib.data"))}, path.name
+        assert not {m for m in imported if m.startswith("course_lib.tasks")}, path.name
 
 
 def test_environment_modules_hold_no_generators():

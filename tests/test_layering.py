@@ -164,3 +164,33 @@ def test_no_function_is_over_the_size_limit():
                 if lines > MAX_FUNCTION_LINES:
                     long[f"{name}.{node.name}"] = lines
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def _environment_listings(tree: ast.AST, names: set[str]) -> list[str]:
+    """Where a module lists environments itself: a tuple, list, set or dict literal of two or more environment
+    names, or a comparison with one (`env == "gridworld"`: a special case that belongs in the table)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            listed = node.elts
+        elif isinstance(node, ast.Dict):
+            listed = [key for key in node.keys if key is not None]
+        elif isinstance(node, ast.Compare):
+            listed = [node.left, *node.comparators]
+        else:
+            continue
+        hits = [e.value for e in listed if isinstance(e, ast.Constant) and e.value in names]
+        if len(hits) >= 2 or (hits and isinstance(node, ast.Compare)):
+            found.append(f"line {node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_one_table_lists_the_environments():
+    """`course_lib.envs.ENVIRONMENTS` is the only list of environments: every other module reads it."""
+    from course_lib.envs import ENVIRONMENTS
+
+    names = set(ENVIRONMENTS)
+    listings = {name: found for name, path in _modules().items() if name != "course_lib.envs"
+                and (found := _environment_listings(ast.parse(path.read_text()), names))}
+    assert not listings, f"environments listed outside course_lib.envs.ENVIRONMENTS (read it): {listings}"
+    assert _environment_listings(ast.parse('ENVS = ("gridworld", "lookup")\nif env == "lookup": pass'), names)

@@ -467,7 +467,7 @@ class CodeFixEnv(Environment):
     def expert_action(self) -> str:
         """Apply the stored fix, run the tests, submit once they pass; read from the state, not the turn.
 
-        A task marked `"demonstration": "hack"` (`notebook.hack_demo_tasks`) is played by `hack_action`
+        A task marked `"demonstration": "hack"` (`warm_starts.hack_demo_tasks`) is played by `hack_action`
         instead: the demonstrations of notebook 10's warm start mix fixes and hacks."""
         if self.task.get("demonstration") == "hack":
             return self.hack_action()

@@ -26,26 +26,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from course_lib.envs import data_dir
+from course_lib.envs import ENVIRONMENTS, data_dir
 from course_lib.tasks.files import compare_trees, write_jsonl
 
-# The environments with generated data, in the order the course tours them, and their generators
-# (imported on first use: pandas and bm25s load only for the environments that need them).
-GENERATORS = {
-    "lookup": "course_lib.tasks.lookup",
-    "search_qa": "course_lib.tasks.search_qa",
-    "summarize": "course_lib.tasks.summarize",  # after search_qa: its tasks come from search_qa's questions
-    "code_fix": "course_lib.tasks.code_fix",
-    "terminal": "course_lib.tasks.terminal",
-    "data_analysis": "course_lib.tasks.data_analysis",
-    "gridworld": "course_lib.tasks.gridworld",
-}
+# The environments with generated data, in the order the course tours them (`course_lib.envs.ENVIRONMENTS`),
+# and their generators (imported on first use: pandas and bm25s load only for the environments that need
+# them).
+GENERATORS = {name: spec.generator for name, spec in ENVIRONMENTS.items() if spec.generator is not None}
 ENV_NAMES = list(GENERATORS)
 
 
 def generator(name: str) -> ModuleType:
-    """The generator module of environment `name` (`code_fix_naive` shares `code_fix`'s tasks)."""
-    base = name.removesuffix("_naive")
+    """The generator module of environment `name`; an environment without its own (`code_fix_naive`) has
+    the generator of the environment whose data it reads (`code_fix`)."""
+    base = ENVIRONMENTS[name].data if name in ENVIRONMENTS else name
     if base not in GENERATORS:
         raise ValueError(f"no task generator for {name!r}; environments with tasks are: {', '.join(ENV_NAMES)}")
     return importlib.import_module(GENERATORS[base])

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from course_lib.warm_starts import WarmStartSizes, course_warm_start
 from scipy import stats
 
 from course_lib import Sizes, fast_mode, runs_dir
@@ -47,7 +48,6 @@ from course_lib.credit import CREDIT_METHODS, step_group_sizes
 from course_lib.envs import load_tasks
 from course_lib.evaluate import evaluate
 from course_lib.models import course_threads, load_policy
-from course_lib.notebook import WarmStartSizes, course_warm_start
 from course_lib.rollout import rollout
 from course_lib.sft import ensure_warm_start
 from course_lib.tasks import filter_tasks
@@ -472,7 +472,7 @@ def group_rows(size: str, envs: list[str], results: list[dict]) -> list[str]:
 def header(size: str, results: list[dict]) -> list[str]:
     """What ran where: preset, machines, threads, torch, dates (from the runs' result.json files)."""
     p = PRESETS[size]
-    warm = ("the course's learning-mode warm start (`course_lib.notebook.course_warm_start(env)`)" if p.warm is None
+    warm = ("the course's learning-mode warm start (`course_lib.warm_starts.course_warm_start(env)`)" if p.warm is None
             else f"a warm start on {p.warm.n_demos} expert demonstrations, {p.warm.steps} steps of batch "
                  f"{p.warm.batch_size}, lr {p.warm.lr}")
     filters = "; ".join(f"{env}: {ENV_OPTIONS[env]['rl_filter']}, {max_turns_of(p, env)} turns"

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 import torch
+from course_lib.warm_starts import course_warm_start
 
 from course_lib import runs_dir
 from course_lib.models import course_threads
-from course_lib.notebook import course_warm_start
 from course_lib.train import TrainConfig, read_metrics, train
 
 DTYPES = ("float32", "bfloat16")

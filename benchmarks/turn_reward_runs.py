@@ -37,13 +37,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from course_lib.warm_starts import WARM_START, mixed_hop_tasks, search_qa_warm_start_options
 from scipy.stats import binomtest
 
 from course_lib import Sizes, fast_mode, runs_dir
 from course_lib.checkpoint import read_metrics
 from course_lib.evaluate import evaluate
 from course_lib.models import course_threads
-from course_lib.notebook import WARM_START, mixed_hop_tasks, search_qa_warm_start_options
 from course_lib.sft import ensure_warm_start
 from course_lib.train import TrainConfig, train
 from course_lib.turn_rewards import (

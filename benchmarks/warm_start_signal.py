@@ -6,7 +6,7 @@ many groups have all rewards equal. Notebook 11 chose its full-mode warm start (
 
     python benchmarks/warm_start_signal.py [--env lookup] [--steps 4 8 48] [--tasks 40] [--group-size 4]
 
-Warm starts use the course's full-mode recipe (`course_lib.notebook.WARM_START["full"]`, a frozen `WarmStartSizes`) with `steps`
+Warm starts use the course's full-mode recipe (`course_lib.warm_starts.WARM_START["full"]`, a frozen `WarmStartSizes`) with `steps`
 replaced; they are cached under runs/warm_start/, so a second run only samples.
 """
 
@@ -16,10 +16,10 @@ import argparse
 import time
 
 import torch
+from course_lib.warm_starts import WARM_START
 
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
-from course_lib.notebook import WARM_START
 from course_lib.rollout import rollout
 from course_lib.sft import ensure_warm_start
 

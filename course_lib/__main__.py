@@ -31,12 +31,12 @@ from course_lib.checkpoint import read_metrics
 from course_lib.envs import load_tasks
 from course_lib.evaluate import evaluate
 from course_lib.models import course_threads, load_policy
-from course_lib.notebook import mixed_hop_tasks
 from course_lib.rollout import rollout
 from course_lib.sft import ensure_warm_start, warm_start
 from course_lib.tasks import filter_tasks
 from course_lib.train import TrainConfig, _check, config_tasks, train
 from course_lib.viz import mask_text
+from course_lib.warm_starts import mixed_hop_tasks
 
 
 def _parse_value(text: str) -> Any:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 from conftest import make_trajectory
+from course_lib.warm_starts import code_fix_warm_start_options, hack_demo_tasks
 
 from course_lib.envs import load_tasks, make_env
 from course_lib.envs.code_fix import HACK_OLD, VISIBLE_TESTS
 from course_lib.evaluate import evaluate
-from course_lib.notebook import code_fix_warm_start_options, hack_demo_tasks
 from course_lib.rollout import expert_rollout, flag_rates
 from course_lib.train import TrainConfig, read_metrics, train
 

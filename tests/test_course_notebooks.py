@@ -28,5 +28,6 @@ def test_strip_widget_state_keeps_everything_else(tmp_path):
 
 
 def test_the_command_without_notebooks_prints_its_usage():
-    run = subprocess.run([sys.executable, "-m", "course_lib.course.notebooks"], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "course_lib.course.notebooks"], capture_output=True,
+                         text=True)
     assert run.returncode == 1 and "usage: python -m course_lib.course.notebooks [--learning]" in run.stderr

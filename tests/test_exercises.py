@@ -217,9 +217,9 @@ def test_each_notebook_imports_its_checks_from_its_own_module():
     assert sum(len(names) for names in defined.values()) == len(vars(ex)), "a check is defined twice"
     for path in sorted(NOTEBOOKS.glob("*.ipynb")):
         number = path.name[:2]
-        code = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
-        imported = {(mod, name.strip()) for mod, names in re.findall(r"from course_lib\.course\.exercises\.nb(\d\d) "
-                                                                     r"import ([\w, ]+)", code)
-                    for name in names.split(",")}
+        cells = json.loads(path.read_text())["cells"]
+        code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        pattern = r"from course_lib\.course\.exercises\.nb(\d\d) import ([\w, ]+)"
+        imported = {(mod, name.strip()) for mod, names in re.findall(pattern, code) for name in names.split(",")}
         assert {mod for mod, _ in imported} <= {number}, f"{path.name} imports checks of another notebook"
         assert {name for _, name in imported} == defined[number], path.name

@@ -10,7 +10,7 @@ TORCH_SPEC  ?= torch==2.13.0
 TORCH_INDEX ?=
 PYTEST_ARGS ?=
 # Every notebook runs under nbval in fast mode (pass NOTEBOOKS=... to check a subset), its exercise stubs
-# replaced by the reference solutions (COURSE_SOLUTIONS=1, see course_lib/grading.py).
+# replaced by the reference solutions (COURSE_SOLUTIONS=1, see course_lib/course/grading.py).
 NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb))
 
 .PHONY: install demo test lab data lint clean-runs

@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from course_lib import runs_dir
+from course_lib.course.setup import pick
 from course_lib.judge import LocalJudge, OpenAIJudge
 from course_lib.judge_quality import judge_agreement
 from course_lib.judge_warm_start import (
@@ -55,7 +56,6 @@ from course_lib.judge_warm_start import (
     labelled_groups,
 )
 from course_lib.models import EMBEDDED, HUB_MODELS, course_threads
-from course_lib.notebook import pick
 from course_lib.train import TrainConfig
 
 

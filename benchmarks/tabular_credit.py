@@ -9,11 +9,17 @@ from the same uniform start and the same random stream):
     gigpo   eight 4x4 test maps, groups of 8, 60 updates: outcome vs GiGPO. Once every rollout of a
             group succeeds, outcome credit is 0 for all of them; GiGPO's step groups still compare the
             discounted returns of moves made from the same cell, so the shorter way keeps winning.
-    turn    eight 6x6 test maps, groups of 8, 80 updates: outcome vs turn-level credit with a process
-            reward of +/-0.1 per move, aligned (distance around the holes) or misaligned (straight-line
-            distance, which ignores them).
+    turn    eight 6x6 test maps, groups of 8, 80 updates: outcome vs turn-level credit (`turn_dense`: it
+            also trains groups whose rollouts all failed, as notebook 07's runs) with a path reward of
+            +/-0.1 per move, aligned (distance around the holes) or misaligned (straight-line distance,
+            which ignores them).
     critic  the same 6x6 maps with ONE rollout per task (no group baseline exists), 200 updates:
-            a tabular critic (GAE with lambda=1: return minus V(s)) vs REINFORCE with no baseline.
+            a tabular critic (GAE with gamma=1, lambda=0.95, V(s) fitted to its returns) vs REINFORCE
+            with no baseline.
+
+Every arm computes its advantages through `credit.advantages` with the trainer's defaults (gigpo gamma 0.95,
+turn gamma 0.95 and turn_weight 0.5, critic gae_gamma 1 and gae_lambda 0.95, reinforce gae_gamma 1): the maths
+of the LLM runs.
 
 Prints the table and writes benchmarks/results/tabular_credit.json (mean curves per method, per-seed
 summaries) and tabular_credit.md. The notebooks plot the JSON next to the LLM runs.
@@ -32,8 +38,8 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from course_lib.course.tabular import paired_test, pick_maps, train_table, window_mean
 from course_lib.envs import load_tasks
-from course_lib.tabular import paired_test, pick_maps, train_table, window_mean
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -42,8 +48,8 @@ EXPERIMENTS = {
     "gigpo": (4, 60, 8, {"outcome": {"method": "outcome"}, "gigpo": {"method": "gigpo"}},
               [("success", 50, None), ("moves_when_solved", 50, None), ("zero_share", 50, None)]),
     "turn": (6, 80, 8, {"outcome": {"method": "outcome"},
-                        "turn (aligned)": {"method": "turn", "process": "path"},
-                        "turn (misaligned)": {"method": "turn", "process": "line"}},
+                        "turn (aligned)": {"method": "turn_dense", "process": "path"},
+                        "turn (misaligned)": {"method": "turn_dense", "process": "line"}},
              [("success", 5, 15), ("success", 70, None)]),
     "critic": (6, 200, 1, {"reinforce": {"method": "reinforce"}, "critic": {"method": "critic"}},
                [("advantage_var", 0, None), ("success", 150, None)]),

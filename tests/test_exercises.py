@@ -8,15 +8,25 @@ a stub is graded as the reference, and a wrong answer raises.
 from __future__ import annotations
 
 import copy
+import importlib
+import json
 import math
+import re
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from course_lib import exercises as ex
-from course_lib import solutions as sol
-from course_lib.grading import ExerciseFailed
+from course_lib.course import solutions as sol
+from course_lib.course.grading import ExerciseFailed
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+# one module of checks per notebook: course_lib.course.exercises.nb00 ... nb11
+MODULES = {f"{n:02d}": importlib.import_module(f"course_lib.course.exercises.nb{n:02d}") for n in range(12)}
+ex = SimpleNamespace(**{name: getattr(m, name) for m in MODULES.values() for name in dir(m)
+                        if name.startswith("check_")})
 
 
 def stub(*args, **kwargs):
@@ -136,7 +146,7 @@ def test_stub_reference_and_wrong_answer(name, capsys):
     assert check(stub) is reference
     out = capsys.readouterr().out
     assert out.startswith("Not implemented yet: ") and "Traceback" not in out
-    assert f"from course_lib.solutions import {reference.__name__}" in out
+    assert f"from course_lib.course.solutions import {reference.__name__}" in out
 
     assert check(reference) is reference
     assert capsys.readouterr().out.splitlines()[-1].startswith("Correct! ")
@@ -200,3 +210,16 @@ def test_every_check_is_tested():
     tested = set(CASES) | {"count_prompt_tokens", "environment_positions", "round_trips", "keeps_prefix",
                            "trl_env_mask", "omega_for_grpo"}
     assert names == tested
+
+
+def test_each_notebook_imports_its_checks_from_its_own_module():
+    defined = {n: {name for name in dir(m) if name.startswith("check_")} for n, m in MODULES.items()}
+    assert sum(len(names) for names in defined.values()) == len(vars(ex)), "a check is defined twice"
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        number = path.name[:2]
+        cells = json.loads(path.read_text())["cells"]
+        code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        pattern = r"from course_lib\.course\.exercises\.nb(\d\d) import ([\w, ]+)"
+        imported = {(mod, name.strip()) for mod, names in re.findall(pattern, code) for name in names.split(",")}
+        assert {mod for mod, _ in imported} <= {number}, f"{path.name} imports checks of another notebook"
+        assert {name for _, name in imported} == defined[number], path.name

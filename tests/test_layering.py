@@ -134,6 +134,25 @@ def test_layering_rule(low, forbidden):
         assert not bad, f"{module} imports (directly or through others) {bad}"
 
 
+def _is_course(module: str) -> bool:
+    return module == "course_lib.course" or module.startswith("course_lib.course.")
+
+
+def test_no_library_module_imports_the_course_helpers():
+    """`course_lib.course` (notebook setup, exercises, grading, solutions, the tabular companion) is what only
+    the notebooks need: the library below it never imports it, directly or through another module."""
+    assert any(_is_course(m) for m in GRAPH), "course_lib.course is missing"
+    library = [m for m in GRAPH if not _is_course(m)]
+    bad = {m: found for m in library if (found := sorted(r for r in _reaches(GRAPH, m) if _is_course(r)))}
+    assert not bad, f"library modules that import the course helpers: {bad}"
+
+
+def test_the_course_rule_finds_an_import_of_the_course_helpers():
+    graph = {"course_lib.rollout": {"course_lib.viz"}, "course_lib.viz": {"course_lib.course.setup"},
+             "course_lib.course.setup": set()}
+    assert "course_lib.course.setup" in _reaches(graph, "course_lib.rollout")
+
+
 def test_task_generators_import_environments_and_selection_lives_with_them():
     tasks = [m for m in GRAPH if m == "course_lib.tasks" or m.startswith("course_lib.tasks.")]
     assert tasks, "course_lib.tasks is missing"

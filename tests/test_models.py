@@ -79,7 +79,7 @@ def test_course_threads_reads_the_environment(monkeypatch):
 def test_course_setup_warns_when_the_runs_disk_is_short(tmp_path, monkeypatch, capsys):
     """The threshold is set above any real disk, so the real free space (of the nearest existing folder above a
     runs folder not made yet) triggers the warning; with a threshold of 0 nothing is printed."""
-    from course_lib.notebook import course_setup
+    from course_lib.course.setup import course_setup
 
     monkeypatch.setenv("COURSE_RUNS", str(tmp_path / "not" / "made" / "yet"))
     threads = torch.get_num_threads()

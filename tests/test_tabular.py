@@ -4,36 +4,36 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from course_lib.credit import outcome_advantages
-from course_lib.envs.gridworld import GridWorldEnv
-from course_lib.tabular import (
+from course_lib.course.tabular import (
     DIRECTIONS,
     Episode,
     _policy_gradient_step,
     paired_test,
-    process_rewards,
+    path_rewards,
     row_advantages,
     run_episode,
     softmax,
     train_table,
     window_mean,
 )
+from course_lib.credit import gae, gigpo_advantages, outcome_advantages, turn_advantages
+from course_lib.envs.gridworld import GridWorldEnv
 
 # S at the top left, G at the bottom left, a wall of holes in between except on the right.
 MAP = {"id": "m", "grid": ["S..", "HH.", "G.."], "size": 3, "start": [0, 0], "goal": [2, 0], "shortest_path_len": 6}
 
 
-def test_process_rewards_path_vs_line_disagree_next_to_a_hole():
+def test_path_rewards_path_vs_line_disagree_next_to_a_hole():
     # down from the start: one step closer in a straight line, but into a hole (no path from there)
     ep = Episode("m", cells=[(0, 0), (1, 0)], actions=[1], states=["s"])
-    assert process_rewards(ep, MAP, by="line") == [0.1]
-    assert process_rewards(ep, MAP, by="path") == [-0.1]
+    assert path_rewards(ep, MAP, by="line") == [0.1]
+    assert path_rewards(ep, MAP, by="path") == [-0.1]
     # right from the start: farther in a straight line, one step along the only path
     ep = Episode("m", cells=[(0, 0), (0, 1)], actions=[3], states=["s"])
-    assert process_rewards(ep, MAP, by="line") == [-0.1]
-    assert process_rewards(ep, MAP, by="path") == [0.1]
+    assert path_rewards(ep, MAP, by="line") == [-0.1]
+    assert path_rewards(ep, MAP, by="path") == [0.1]
     with pytest.raises(ValueError, match="path' or 'line"):
-        process_rewards(ep, MAP, by="manhattan")
+        path_rewards(ep, MAP, by="manhattan")
 
 
 def test_run_episode_follows_the_table_through_the_real_environment():
@@ -59,9 +59,37 @@ def test_outcome_rows_are_the_group_normalised_reward_on_every_move():
     rows = row_advantages("outcome", eps, {"m": MAP})
     assert np.allclose(rows, np.repeat(per_episode, [2, 1, 3]))
     # with no baseline, every move of a failed episode gets 0 and the winner's moves its discounted return
-    assert np.allclose(row_advantages("reinforce", eps, {"m": MAP}, gamma=0.5), [0.5, 1.0, 0, 0, 0, 0])
-    with pytest.raises(ValueError, match="unknown method"):
+    assert np.allclose(row_advantages("reinforce", eps, {"m": MAP}, gae_gamma=0.5), [0.5, 1.0, 0, 0, 0, 0])
+    with pytest.raises(ValueError, match="'ppo' is not known"):
         row_advantages("ppo", eps, {"m": MAP})
+    with pytest.raises(ValueError, match="no credit method takes"):
+        row_advantages("gigpo", eps, {"m": MAP}, lam=1.0)  # an option under another name than credit's
+
+
+def test_every_method_is_the_trainers_maths_with_the_trainers_defaults():
+    # two groups (maps) so that one of them has unequal rewards; anchors repeat inside a group
+    eps = [Episode("m", states=["a", "b"], actions=[0, 1], cells=[(0, 0), (0, 1), (0, 2)], reward=1.0),
+           Episode("m", states=["a", "c", "d"], actions=[3, 1, 1], cells=[(0, 0), (1, 0), (1, 0), (1, 0)]),
+           Episode("n", states=["x"], actions=[0], cells=[(0, 0), (0, 0)]),
+           Episode("n", states=["x", "y"], actions=[1, 1], cells=[(0, 0), (0, 0), (0, 0)])]
+    tasks = {"m": MAP, "n": MAP}
+    groups, trajs = ["m"] * 5 + ["n"] * 3, [0, 0, 1, 1, 1, 2, 3, 3]
+    steps = [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    gig = gigpo_advantages(steps, ["a", "b", "a", "c", "d", "x", "x", "y"], groups, trajs, gamma=0.95).numpy()
+    assert np.allclose(row_advantages("gigpo", eps, tasks), gig)
+    shaped = [r for ep in eps for r in path_rewards(ep, MAP)]
+    outcome_rows = [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    turn = turn_advantages(shaped, outcome_rows, groups, trajs, weight=0.5, gamma=0.95).numpy()
+    assert np.allclose(row_advantages("turn_dense", eps, tasks, process="path"), turn)
+    # the trainer's update skips a group whose rewards are all equal under "turn": its moves get 0 here
+    assert np.allclose(row_advantages("turn", eps, tasks, process="path"), np.r_[turn[:5], [0.0] * 3])
+    values = {"a": 0.5, "b": 0.8, "c": 0.1}
+    critic = np.concatenate([gae(r, v, gamma=1.0, lam=0.95)[0].numpy() for r, v in
+                             [([0.0, 1.0], [0.5, 0.8]), ([0.0] * 3, [0.5, 0.1, 0.0]), ([0.0], [0.0]),
+                              ([0.0] * 2, [0.0, 0.0])]])
+    assert np.allclose(row_advantages("critic", eps, tasks, values=values), critic)
+    # REINFORCE with the trainer's γ = 1: the outcome on every move of the episode
+    assert np.allclose(row_advantages("reinforce", eps, tasks), outcome_rows)
 
 
 def test_policy_gradient_step_moves_probability_toward_positive_advantage():

@@ -1,4 +1,5 @@
-"""How an exercise check answers: one rule for every `check_*` in `course_lib.exercises`.
+"""How an exercise check answers: one rule for every `check_*` in
+`course_lib.course.exercises`.
 
 A notebook's exercise cell ships as a stub: a function whose body raises `NotImplementedError` (or a value
 left at `None`). Its check cell reads `my_fn = check_my_fn(my_fn)`, and the check prints one line:
@@ -8,7 +9,7 @@ left at `None`). Its check cell reads `my_fn = check_my_fn(my_fn)`, and the chec
 - a right answer:  "Correct! <what it shows>".
 
 The check returns what the cells below should use: your function when it passed, otherwise the reference
-solution from `course_lib.solutions` (and says so), so the rest of the notebook runs either way.
+solution from `course_lib.course.solutions` (and says so), so the rest of the notebook runs either way.
 
 With the environment variable COURSE_SOLUTIONS=1 (set by `make test`) a stub is replaced by the reference
 solution and graded, printing the same "Correct!" line; a reference that fails its own check raises
@@ -32,8 +33,8 @@ def solutions_mode() -> bool:
 
 
 def reference(name: str) -> Any:
-    """The reference solution `name` from `course_lib.solutions`."""
-    from course_lib import solutions
+    """The reference solution `name` from `course_lib.course.solutions`."""
+    from course_lib.course import solutions
 
     return getattr(solutions, name)
 
@@ -52,7 +53,8 @@ def graded(answer: Any, name: str, todo: str, grade: Callable[[Any], str]) -> An
         except ExerciseFailed as failure:
             return _fall_back(name, f"Not yet: {failure}")
         except Exception as error:  # the learner's code crashed: say how, without a traceback wall
-            return _fall_back(name, f"Not yet: checking your {name} failed with {type(error).__name__}: {error}")
+            return _fall_back(name, f"Not yet: checking your {name} failed with "
+                                    f"{type(error).__name__}: {error}")
         else:
             print(f"Correct! {message}")
             return answer
@@ -64,8 +66,9 @@ def graded(answer: Any, name: str, todo: str, grade: Callable[[Any], str]) -> An
 
 
 def _fall_back(name: str, line: str) -> Any:
+    """Print `line` and hand back the reference solution (under COURSE_SOLUTIONS=1: raise instead)."""
     if solutions_mode():
         raise ExerciseFailed(line)
     print(line)
-    print(f"  (the cells below use the reference solution: from course_lib.solutions import {name})")
+    print(f"  (the cells below use the reference solution: from course_lib.course.solutions import {name})")
     return reference(name)

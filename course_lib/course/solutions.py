@@ -1,8 +1,8 @@
 """Reference solutions to the notebooks' exercises, one per exercise, named as in the notebook.
 
-Try the exercise first. To look at or use one: `from course_lib.solutions import discounted`.
-The checks in `course_lib.exercises` fall back to these when an exercise is not done yet, and CI runs them
-in place of the stubs (COURSE_SOLUTIONS=1, see `course_lib.grading`).
+Try the exercise first. To look at or use one: `from course_lib.course.solutions import discounted`.
+The checks in `course_lib.course.exercises` fall back to these when an exercise is not done yet, and CI runs
+them in place of the stubs (COURSE_SOLUTIONS=1, see `course_lib.course.grading`).
 """
 
 from __future__ import annotations
@@ -179,7 +179,9 @@ def repeat_penalty(trajectory: Any) -> list[float]:
     return rewards
 
 
-def pooled_turn_part(turn_rewards: list[float], group_ids: list, traj_ids: list, gamma: float = 1.0) -> torch.Tensor:
+def pooled_turn_part(
+    turn_rewards: list[float], group_ids: list, traj_ids: list, gamma: float = 1.0
+) -> torch.Tensor:
     from course_lib.credit import discounted_returns
 
     returns = discounted_returns(turn_rewards, list(zip(group_ids, traj_ids)), gamma=gamma)

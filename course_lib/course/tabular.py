@@ -6,7 +6,8 @@ step grouping shorten paths? does a process reward speed learning up, or mislead
 the variance of the advantages?) is easier to see over twenty seeds. Here the policy is a softmax
 over the four moves with one row of logits per state, π(a | s) = softmax(θ_s)_a, where the state s is
 the environment's own anchor string (`GridWorldEnv.state_key()`). Episodes run in the real
-`GridWorldEnv`, their advantages come from `course_lib.credit`, and the update is the tabular policy
+`GridWorldEnv`, their advantages come from `credit.advantages` (the trainer's dispatch, with the trainer's
+defaults: a method here computes what it computes for the LLM), and the update is the tabular policy
 gradient
 
     θ_s ← θ_s + (lr / n_episodes) · Σ_{rows at s} A_row · (onehot(a_row) − π(· | s)),
@@ -17,8 +18,9 @@ The table cannot generalise to maps it never saw, so everything here is measured
 trains on: it shows a mechanism, never a held-out result.
 
     run_episode        one episode of a table policy in the real environment
+    path_rewards       per-move shaping: +0.1 closer to the goal, −0.1 farther (by path or by straight line)
+    episode_credit     advantages of episodes through `credit.advantages`: the trainer's methods and defaults
     train_table        updates of one credit method on a set of maps; per-update metrics
-    process_rewards    per-move shaping: +0.1 closer to the goal, −0.1 farther (by path or by straight line)
     paired_test        mean difference, its 95% interval and p-value over seeds (paired t-test)
 """
 
@@ -26,20 +28,20 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 from scipy import stats
 
-from course_lib.credit import gae, gigpo_advantages, outcome_advantages, turn_advantages
+from course_lib import credit
 from course_lib.envs.gridworld import MOVES, GridWorldEnv, distances_to
 from course_lib.protocol import format_tool_call
 
 DIRECTIONS = tuple(MOVES)  # up, down, left, right: column k of a row of logits is DIRECTIONS[k]
 _ACTION_TEXT = {d: format_tool_call("move", {"direction": d}) for d in DIRECTIONS}
-METHODS = ("outcome", "gigpo", "turn", "critic", "reinforce")
 
 
 @dataclass
@@ -86,9 +88,12 @@ def run_episode(env: GridWorldEnv, task: dict[str, Any], table: dict[str, np.nda
         state = env.state_key()
 
 
-def process_rewards(episode: Episode, task: dict[str, Any], *, by: str = "path", size: float = 0.1) -> list[float]:
-    """One shaping reward per move: +size if the move brought the agent closer to the goal, −size if
-    farther, 0 if neither (a bump into the wall).
+def path_rewards(
+    episode: Episode, task: dict[str, Any], *, by: str = "path", size: float = 0.1
+) -> list[float]:
+    """One path-shaping reward per move: +size if the move brought the agent closer to the goal, −size if
+    farther, 0 if neither (a bump into the wall). (Not `credit.process_rewards`, the trainer's rule for
+    malformed actions and tool errors: a gridworld move is always well formed.)
 
     by="path": distance = fewest moves around the holes (`distances_to`); aligned with the task, since
     a move that lowers it is a move of some shortest path. by="line": distance = |Δrow| + |Δcol|, which
@@ -114,47 +119,63 @@ def process_rewards(episode: Episode, task: dict[str, Any], *, by: str = "path",
     return rewards
 
 
-def _rows(episodes: Sequence[Episode]) -> tuple[list[Hashable], list[int]]:
-    """Group id (the task) and trajectory id of every move row, episodes concatenated in order."""
-    groups, trajs = [], []
-    for i, ep in enumerate(episodes):
-        groups += [ep.task_id] * ep.moves
-        trajs += [i] * ep.moves
-    return groups, trajs
+def credit_inputs(
+    episodes: Sequence[Episode],
+    tasks: dict[str, dict[str, Any]],
+    *,
+    process: str | None = None,
+    values: dict[str, float] | None = None,
+) -> credit.CreditInputs:
+    """The numbers `credit.advantages` reads, for tabular episodes (an Episode is not a Trajectory):
+
+        group_ids, traj_ids   the episode's task (its map), its index
+        rewards               R: 1 at the goal, else 0
+        step_rewards          0 on every move, R on the last (the environment's own rewards)
+        anchors               the anchor state before each move (GiGPO's step groups)
+        turn_rewards          `path_rewards(by=process)` per move, or 0 on every move with process=None
+        values                V(s) of the state before each move (0 for a state the critic never saw)
+    """
+    values = values or {}
+    return credit.CreditInputs(
+        group_ids=[ep.task_id for ep in episodes], traj_ids=list(range(len(episodes))),
+        rewards=[float(ep.reward) for ep in episodes],
+        step_rewards=[[0.0] * (ep.moves - 1) + [float(ep.reward)] for ep in episodes],
+        anchors=[list(ep.states) for ep in episodes],
+        turn_rewards=[path_rewards(ep, tasks[ep.task_id], by=process) if process else [0.0] * ep.moves
+                      for ep in episodes],
+        values=[[values.get(s, 0.0) for s in ep.states] for ep in episodes])
+
+
+def episode_credit(method: str, episodes: Sequence[Episode], tasks: dict[str, dict[str, Any]], *,
+                   process: str | None = None, values: dict[str, float] | None = None,
+                   **options: Any) -> credit.CreditResult:
+    """Per-move advantages of `method` through `credit.advantages`, the trainer's one dispatch: the same
+    maths and the same defaults (options: the method's own, named as `credit` names them, e.g. gamma,
+    turn_weight, gae_gamma, gae_lambda). The groups the trainer's update would skip
+    (`credit.groups_to_train`) get advantage 0 on every move, which is what skipping them does to a
+    tabular policy-gradient step."""
+    inputs = credit_inputs(episodes, tasks, process=process, values=values)
+    result = credit.advantages(method, inputs, **options)
+    trained = set(credit.groups_to_train(method, inputs, result))
+    result.advantages = [a if g in trained else torch.zeros_like(a)
+                         for a, g in zip(result.advantages, inputs.group_ids)]
+    return result
 
 
 def row_advantages(method: str, episodes: Sequence[Episode], tasks: dict[str, dict[str, Any]], *,
-                   gamma: float = 0.95, values: dict[str, float] | None = None,
-                   process: str = "path", weight: float = 0.5) -> np.ndarray:
-    """One advantage per move row, from `course_lib.credit`:
+                   process: str | None = None, values: dict[str, float] | None = None,
+                   **options: Any) -> np.ndarray:
+    """One advantage per move row (episodes concatenated in order): `episode_credit` flattened.
 
-    outcome    A = outcome_advantages(R) on every move of the episode (GRPO)
-    gigpo      gigpo_advantages(step rewards, anchors = states, γ)  (the reward sits on the last move)
-    turn       turn_advantages(process rewards, R, weight)
-    critic     gae(rewards, V(s), γ, λ=1) per episode: A_t = discounted return − V(s_t)
-    reinforce  the discounted return of each move, with no baseline at all
+    outcome     R normalised within the task's group, on every move (GRPO)
+    gigpo       + ω · step advantage over moves made from the same state (γ = 0.95)
+    turn        outcome + turn_weight · turn-level advantage of the path rewards (`process`)
+    turn_dense  the same advantages, and groups whose rollouts all got one reward still train
+    critic      GAE(γ = 1, λ = 0.95) with V(s) from the table `values`
+    reinforce   the return of each move (γ = 1), no baseline
     """
-    groups, trajs = _rows(episodes)
-    outcomes = [ep.reward for ep in episodes]
-    if method == "outcome":
-        per_episode = outcome_advantages(outcomes, [ep.task_id for ep in episodes]).numpy()
-        return np.repeat(per_episode, [ep.moves for ep in episodes])
-    step_rewards = [r for ep in episodes for r in [0.0] * (ep.moves - 1) + [ep.reward]]
-    if method == "gigpo":
-        anchors = [s for ep in episodes for s in ep.states]
-        return gigpo_advantages(step_rewards, anchors, groups, trajs, gamma=gamma).numpy()
-    if method == "turn":
-        shaped = [r for ep in episodes for r in process_rewards(ep, tasks[ep.task_id], by=process)]
-        outcome_rows = [ep.reward for ep in episodes for _ in ep.actions]
-        return turn_advantages(shaped, outcome_rows, groups, trajs, weight=weight).numpy()
-    if method in ("critic", "reinforce"):
-        out = []
-        for ep in episodes:
-            v = [(values or {}).get(s, 0.0) if method == "critic" else 0.0 for s in ep.states]
-            adv, _ = gae([0.0] * (ep.moves - 1) + [ep.reward], v, gamma=gamma, lam=1.0)
-            out.append(adv.numpy())
-        return np.concatenate(out)
-    raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    result = episode_credit(method, episodes, tasks, process=process, values=values, **options)
+    return torch.cat(result.advantages).numpy()
 
 
 def _policy_gradient_step(table: dict[str, np.ndarray], episodes: Sequence[Episode], advantages: np.ndarray,
@@ -171,28 +192,40 @@ def _policy_gradient_step(table: dict[str, np.ndarray], episodes: Sequence[Episo
         table[state] += lr * g / len(episodes)
 
 
-def _fit_values(values: dict[str, float], episodes: Sequence[Episode], gamma: float, lr: float) -> None:
-    """V(s) ← V(s) + lr · (G_t − V(s)) for every visit: a tabular critic regressed on Monte Carlo returns."""
-    for ep in episodes:
-        g = 0.0
-        for t in reversed(range(ep.moves)):
-            g = (ep.reward if t == ep.moves - 1 else 0.0) + gamma * g
-            v = values.get(ep.states[t], 0.0)
-            values[ep.states[t]] = v + lr * (g - v)
+def _fit_values(
+    values: dict[str, float], episodes: Sequence[Episode], returns: Sequence[Any], lr: float
+) -> None:
+    """V(s) ← V(s) + lr · (return_t − V(s)) for every visit: a tabular critic regressed on the value targets
+    the credit method returns (the trainer's value-loss targets, `CreditResult.returns`)."""
+    for ep, targets in zip(episodes, returns):
+        for state, target in zip(ep.states, targets):
+            v = values.get(state, 0.0)
+            values[state] = v + lr * (float(target) - v)
 
 
-def train_table(method: str, tasks: Sequence[dict[str, Any]], *, seed: int, updates: int = 60, group_size: int = 8,
-                lr: float = 8.0, gamma: float = 0.95, process: str = "path", weight: float = 0.5,
-                value_lr: float = 0.1) -> list[dict[str, float]]:
+def train_table(
+    method: str,
+    tasks: Sequence[dict[str, Any]],
+    *,
+    seed: int,
+    updates: int = 60,
+    group_size: int = 8,
+    lr: float = 8.0,
+    process: str | None = None,
+    value_lr: float = 0.1,
+    **options: Any,
+) -> list[dict[str, float]]:
     """Train one table from uniform logits with `method` for `updates` updates; one row of metrics per update.
 
     Each update samples `group_size` episodes per task (the tasks are the maps), computes the
-    advantages of every move with `row_advantages` and takes one policy-gradient step. With the critic,
-    V is fitted after the step on the same episodes. The metrics of update k describe the episodes
-    sampled with the table as it was before update k: success rate, mean moves of the successful
-    episodes (NaN when none), the variance of the advantages, and the share of move rows whose
-    advantage is 0 (no signal).
+    advantages of every move with `episode_credit` (the credit method's own options, the trainer's defaults
+    unless given in `options`; `process`: the path rewards that turn methods read) and takes one
+    policy-gradient step. A method that learns values (the critic) fits V after the step on the same
+    episodes, toward the returns the method gives. The metrics of update k describe the episodes sampled
+    with the table as it was before update k: success rate, mean moves of the successful episodes (NaN
+    when none), the variance of the advantages, and the share of move rows whose advantage is 0 (no signal).
     """
+    learns_values = "values" in credit.credit_method_named(method).needs
     rng = np.random.default_rng(seed)
     env = GridWorldEnv()
     by_id = {t["id"]: t for t in tasks}
@@ -201,14 +234,21 @@ def train_table(method: str, tasks: Sequence[dict[str, Any]], *, seed: int, upda
     history = []
     for update in range(updates):
         episodes = [run_episode(env, task, table, rng) for task in tasks for _ in range(group_size)]
-        adv = row_advantages(method, episodes, by_id, gamma=gamma, values=values, process=process, weight=weight)
+        result = episode_credit(method, episodes, by_id, process=process, values=values, **options)
+        adv = torch.cat(result.advantages).numpy()
         wins = [ep.moves for ep in episodes if ep.reward > 0]
-        history.append({"update": update, "success": len(wins) / len(episodes),
-                        "moves_when_solved": float(np.mean(wins)) if wins else math.nan,
-                        "advantage_var": float(np.var(adv)), "zero_share": float(np.mean(np.abs(adv) < 1e-9))})
+        history.append(
+            {
+                "update": update,
+                "success": len(wins) / len(episodes),
+                "moves_when_solved": float(np.mean(wins)) if wins else math.nan,
+                "advantage_var": float(np.var(adv)),
+                "zero_share": float(np.mean(np.abs(adv) < 1e-9)),
+            }
+        )
         _policy_gradient_step(table, episodes, adv, lr)
-        if method == "critic":
-            _fit_values(values, episodes, gamma, value_lr)
+        if learns_values:
+            _fit_values(values, episodes, result.returns, value_lr)
     return history
 
 

@@ -186,8 +186,8 @@ def bwrap_available() -> bool:
             _hand_over(probe, uid)
         argv, fds = _bwrap_argv(probe, Limits(), network=False, uid=uid, memory_counted=False)
         try:
-            result = subprocess.run(argv + ["true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
-                                    env=_default_env(WORKSPACE), pass_fds=fds)
+            result = subprocess.run(argv + ["true"], stdin=subprocess.DEVNULL, capture_output=True,
+                                    timeout=20, env=_default_env(WORKSPACE), pass_fds=fds)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -205,9 +205,10 @@ def _warn_no_seccomp() -> None:
     global _warned_no_seccomp
     if not _warned_no_seccomp:
         _warned_no_seccomp = True
-        warnings.warn("libseccomp (or its `pyseccomp` bindings) is missing, so sandboxed commands run without "
-                      "the seccomp filter: they can use the kernel keyring, which is shared by every episode. "
-                      "Install libseccomp2 and `pip install pyseccomp`.", RuntimeWarning, stacklevel=3)
+        warnings.warn("libseccomp (or its `pyseccomp` bindings) is missing, so sandboxed "
+                      "commands run without the seccomp filter: they can use the kernel keyring, which is "
+                      "shared by every episode. Install libseccomp2 and `pip install pyseccomp`.",
+                      RuntimeWarning, stacklevel=3)
 
 
 _warned_no_seccomp = False
@@ -267,7 +268,8 @@ def _python_prefixes() -> list[str]:
 def _tmpfs_size_supported() -> bool:
     # `--size` appeared in bubblewrap 0.7; older versions still sandbox fine without it.
     try:
-        return "--size" in subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=10).stdout
+        return "--size" in subprocess.run(["bwrap", "--help"], capture_output=True,
+                                          text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -287,8 +289,8 @@ def isolation() -> str:
     if bwrap_available():
         return ("sandbox: bubblewrap without seccomp (libseccomp missing): namespaces and resource limits, "
                 f"but the kernel keyring is shared by every episode; {memory}")
-    return ("sandbox: resource limits only (bubblewrap missing): commands run as you, can read your files and "
-            f"reach the network; install bubblewrap for isolation; {memory}")
+    return ("sandbox: resource limits only (bubblewrap missing): commands run as you, can "
+            f"read your files and reach the network; install bubblewrap for isolation; {memory}")
 
 
 def _data_fd(name: str, data: bytes) -> int:
@@ -386,7 +388,8 @@ def _default_env(home: str) -> dict[str, str]:
 
 def _set_limits(limits: Limits, max_processes: int | None,
                 group: cgroups.CommandGroup | None) -> Callable[[], None]:
-    """The function the child runs before `exec`: join the command's control group, set the resource limits."""
+    """The function the child runs before `exec`: join the command's control group, set
+    the resource limits."""
     mb = 2**20
 
     def apply() -> None:
@@ -500,7 +503,8 @@ def _read_bounded(proc: subprocess.Popen, limits: Limits, cleanup: Callable[[], 
 
 def run_sandboxed(argv: list[str], workdir: str | Path, *,
                   limits: Limits = Limits(),  # noqa: B008 (read, never mutated)
-                  stdin: str | None = None, env: dict[str, str] | None = None, network: bool = False) -> SandboxResult:
+                  stdin: str | None = None, env: dict[str, str] | None = None,
+                  network: bool = False) -> SandboxResult:
     """Run `argv` in `workdir` under `limits`; see the module docstring for the sandbox.
 
     With bwrap the command sees `workdir` as /workspace (its working directory); without, it runs
@@ -517,7 +521,8 @@ def run_sandboxed(argv: list[str], workdir: str | Path, *,
     token = secrets.token_hex(8)
     # Its own control group where the machine allows one: a memory ceiling over everything the command
     # holds, and a process ceiling (bwrap's own two processes are in it too).
-    group = cgroups.command_group(limits.memory_mb, limits.max_processes + (_BWRAP_PROCESSES if sandboxed else 0))
+    group = cgroups.command_group(limits.memory_mb,
+                                  limits.max_processes + (_BWRAP_PROCESSES if sandboxed else 0))
     if sandboxed:
         uid = _fresh_uid() if os.geteuid() == 0 else None
         if uid is not None:
@@ -534,7 +539,8 @@ def run_sandboxed(argv: list[str], workdir: str | Path, *,
         command, fds = list(argv), []
         full_env = _default_env(str(workdir)) | (env or {}) | {_MARKER: token}
         # RLIMIT_NPROC counts all processes of the user, so allow the ones already running.
-        preexec = _set_limits(limits, max_processes=limits.max_processes + _processes_of_this_user(), group=group)
+        preexec = _set_limits(limits,
+                              max_processes=limits.max_processes + _processes_of_this_user(), group=group)
 
     try:
         result = _run(command, workdir, limits, full_env, stdin, fds, preexec, sandboxed, token)
@@ -553,7 +559,8 @@ def _run(command: list[str], workdir: Path, limits: Limits, full_env: dict[str, 
         stdin_file.write((stdin or "").encode())
         stdin_file.seek(0)
         try:
-            proc = subprocess.Popen(command, cwd=workdir, env=full_env, stdin=stdin_file, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(command, cwd=workdir, env=full_env,
+                                    stdin=stdin_file, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
                                     pass_fds=fds)
         except OSError as exc:  # e.g. the program does not exist (limits-only mode)
@@ -566,7 +573,8 @@ def _run(command: list[str], workdir: Path, limits: Limits, full_env: dict[str, 
         budget = limits.disk_mb * 2**20
         over_disk = None if os.path.ismount(workdir) else (lambda: disk_usage(workdir, budget) > budget)
         try:
-            raw, timed_out, truncated, disk_full = _read_bounded(proc, limits, lambda: _stop(proc, sandboxed, token),
+            raw, timed_out, truncated, disk_full = _read_bounded(proc, limits,
+                                                                 lambda: _stop(proc, sandboxed, token),
                                                                  over_disk)
         finally:
             _stop(proc, sandboxed, token)

@@ -62,8 +62,10 @@ def $fn(values, $w):
     return means
 ''', fn=fn, w=w)
     bugs = [
-        ("off_by_one", f"    for start in range(len(values) - {w} + 1):", f"    for start in range(len(values) - {w}):"),
-        ("wrong_variable", f"        means.append(sum(chunk) / {w})", "        means.append(sum(chunk) / len(values))"),
+        ("off_by_one", f"    for start in range(len(values) - {w} + 1):",
+         f"    for start in range(len(values) - {w}):"),
+        ("wrong_variable", f"        means.append(sum(chunk) / {w})",
+         "        means.append(sum(chunk) / len(values))"),
         ("wrong_operator", f"    if {w} <= 0:", f"    if {w} < 0:"),
     ]
 
@@ -99,14 +101,18 @@ def $fn(value, low=$lo, high=$hi):
 ''', fn=fn, lo=lo, hi=hi)
     bugs = [
         ("wrong_operator", "    if value < low:", "    if value > low:"),
-        ("wrong_default", f"def {fn}(value, low={lo}, high={hi}):", f"def {fn}(value, low={lo}, high={hi_bad}):"),
-        ("wrong_variable", "    if value > high:\n        return high", "    if value > high:\n        return low"),
-        ("missing_edge_case", "    if low > high:\n        raise ValueError(\"low must not exceed high\")\n    if value < low:",
+        ("wrong_default", f"def {fn}(value, low={lo}, high={hi}):",
+         f"def {fn}(value, low={lo}, high={hi_bad}):"),
+        ("wrong_variable", "    if value > high:\n        return high",
+         "    if value > high:\n        return low"),
+        ("missing_edge_case",
+         "    if low > high:\n        raise ValueError(\"low must not exceed high\")\n    if value < low:",
          "    if value < low:"),
     ]
     a = rng.randint(0, 40)
     b = a + rng.randint(5, 40)
-    visible = [("eq", f"{fn}({a - rng.randint(1, 9)}, {a}, {b})"), ("eq", f"{fn}({b + rng.randint(1, 9)}, {a}, {b})"),
+    visible = [("eq", f"{fn}({a - rng.randint(1, 9)}, {a}, {b})"),
+               ("eq", f"{fn}({b + rng.randint(1, 9)}, {a}, {b})"),
                ("eq", f"{fn}({rng.randint(a, b)}, {a}, {b})"), ("eq", f"{fn}({hi + rng.randint(2, 30)})"),
                ("raises", f"{fn}(5, {b}, {a})", "exceed")]
     hidden = [("eq", f"{fn}({lo - rng.randint(1, 9)})"), ("eq", f"{fn}({hi})"), ("eq", f"{fn}({hi + 1})"),
@@ -145,7 +151,8 @@ def $fn(values, start=0):
     hidden = [("eq", f"{fn}({_ints(rng, rng.randint(5, 8))})"), ("eq", f"{fn}([{rng.randint(1, 9)}])"),
               ("eq", f"{fn}({_ints(rng, 4)}, start={rng.randint(-30, -1)})"), ("eq", f"{fn}([], start=3)"),
               ("eq", f"{fn}({_ints(rng, 6, 1, 5)})")]
-    return Repo("running_sum", rng.choice(["totals", "sums", "accounting"]), source, [fn], bugs, visible, hidden)
+    return Repo("running_sum", rng.choice(["totals", "sums", "accounting"]), source,
+                [fn], bugs, visible, hidden)
 
 
 _WORDS = ["apple", "river", "stone", "light", "green", "house", "cloud", "train", "paper", "music",
@@ -185,10 +192,12 @@ def $fn(text):
     return counts
 ''', fn=fn)
     bugs = [
-        ("missing_edge_case", "        word = raw.strip(string.punctuation)\n        if not word:\n            continue\n",
+        ("missing_edge_case",
+         "        word = raw.strip(string.punctuation)\n        if not word:\n            continue\n",
          "        word = raw.strip(string.punctuation)\n"),
         ("wrong_default", "counts.get(word, 0) + 1", "counts.get(word, 1) + 1"),
-        ("wrong_variable", "        counts[word] = counts.get(word, 0) + 1", "        counts[raw] = counts.get(raw, 0) + 1"),
+        ("wrong_variable", "        counts[word] = counts.get(word, 0) + 1",
+         "        counts[raw] = counts.get(raw, 0) + 1"),
     ]
     visible = [("eq", f"{fn}({_sentence(rng, rng.randint(6, 9))!r})"), ("eq", f"{fn}({'a - b, A.'!r})"),
                ("eq", f"{fn}('')")]
@@ -215,9 +224,12 @@ def $fn(values):
 ''', fn=fn)
     bugs = [
         ("wrong_variable", "        return ordered[mid]", "        return values[mid]"),
-        ("off_by_one", "    return (ordered[mid - 1] + ordered[mid]) / 2", "    return (ordered[mid] + ordered[mid + 1]) / 2"),
+        ("off_by_one", "    return (ordered[mid - 1] + ordered[mid]) / 2",
+         "    return (ordered[mid] + ordered[mid + 1]) / 2"),
         ("wrong_operator", "    if len(ordered) % 2 == 1:", "    if len(ordered) % 2 == 0:"),
-        ("missing_edge_case", "    if not values:\n        raise ValueError(\"median of an empty list\")\n    ordered = sorted(values)",
+        ("missing_edge_case",
+         "    if not values:\n        raise ValueError(\"median of an empty list\")\n"
+         "    ordered = sorted(values)",
          "    ordered = sorted(values)"),
     ]
 
@@ -227,9 +239,12 @@ def $fn(values):
             if xs != sorted(xs) and len(set(xs)) == n:
                 return xs
 
-    visible = [("eq", f"{fn}({unsorted(5)})"), ("eq", f"{fn}({unsorted(4)})"), ("raises", f"{fn}([])", "empty")]
-    hidden = [("eq", f"{fn}({unsorted(7)})"), ("eq", f"{fn}({unsorted(6)})"), ("eq", f"{fn}([{rng.randint(1, 9)}])"),
-              ("eq", f"{fn}({unsorted(2)})"), ("eq", f"{fn}({unsorted(3)})"), ("raises", f"{fn}([])", "empty")]
+    visible = [("eq", f"{fn}({unsorted(5)})"), ("eq", f"{fn}({unsorted(4)})"),
+               ("raises", f"{fn}([])", "empty")]
+    hidden = [("eq", f"{fn}({unsorted(7)})"), ("eq", f"{fn}({unsorted(6)})"),
+              ("eq", f"{fn}([{rng.randint(1, 9)}])"),
+              ("eq", f"{fn}({unsorted(2)})"), ("eq", f"{fn}({unsorted(3)})"),
+              ("raises", f"{fn}([])", "empty")]
     return Repo("median", rng.choice(["stats", "statistics", "order"]), source, [fn], bugs, visible, hidden)
 
 
@@ -255,7 +270,8 @@ def $count(n_items, per_page=$n):
 ''', fn=fn, count=count, n=n)
     bugs = [
         ("off_by_one", "    start = (page - 1) * per_page", "    start = page * per_page"),
-        ("wrong_default", f"def {fn}(items, page, per_page={n}):", f"def {fn}(items, page, per_page={n_bad}):"),
+        ("wrong_default", f"def {fn}(items, page, per_page={n}):",
+         f"def {fn}(items, page, per_page={n_bad}):"),
         ("off_by_one", "    return (n_items + per_page - 1) // per_page", "    return n_items // per_page"),
         ("wrong_operator", "    if page < 1:", "    if page < 0:"),
     ]
@@ -303,17 +319,22 @@ def $fn(text):
 ''', fn=fn)
     bugs = [
         ("off_by_one", "    left, right = 0, len(cleaned) - 1", "    left, right = 0, len(cleaned)"),
-        ("wrong_operator", "        if cleaned[left] != cleaned[right]:", "        if cleaned[left] == cleaned[right]:"),
+        ("wrong_operator", "        if cleaned[left] != cleaned[right]:",
+         "        if cleaned[left] == cleaned[right]:"),
         ("missing_edge_case", "    cleaned = [ch.lower() for ch in text if ch.isalnum()]",
          "    cleaned = [ch for ch in text if ch.isalnum()]"),
-        ("wrong_variable", "        if cleaned[left] != cleaned[right]:", "        if cleaned[left] != cleaned[left]:"),
+        ("wrong_variable", "        if cleaned[left] != cleaned[right]:",
+         "        if cleaned[left] != cleaned[left]:"),
     ]
-    visible = [("eq", f"{fn}({_palindrome_text(rng, True)!r})"), ("eq", f"{fn}({_palindrome_text(rng, False)!r})"),
-               ("eq", f"{fn}({'Never odd or even'!r})")]
-    hidden = [("eq", f"{fn}({_palindrome_text(rng, True)!r})"), ("eq", f"{fn}({_palindrome_text(rng, True)!r})"),
-              ("eq", f"{fn}({_palindrome_text(rng, False)!r})"), ("eq", f"{fn}({_palindrome_text(rng, False)!r})"),
+    visible = [("eq", f"{fn}({_palindrome_text(rng, True)!r})"),
+               ("eq", f"{fn}({_palindrome_text(rng, False)!r})"), ("eq", f"{fn}({'Never odd or even'!r})")]
+    hidden = [("eq", f"{fn}({_palindrome_text(rng, True)!r})"),
+              ("eq", f"{fn}({_palindrome_text(rng, True)!r})"),
+              ("eq", f"{fn}({_palindrome_text(rng, False)!r})"),
+              ("eq", f"{fn}({_palindrome_text(rng, False)!r})"),
               ("eq", f"{fn}({'Step on no pets'!r})"), ("eq", f"{fn}('')"), ("eq", f"{fn}({'ab'!r})")]
-    return Repo("palindrome", rng.choice(["strings", "text", "wordplay"]), source, [fn], bugs, visible, hidden)
+    return Repo("palindrome", rng.choice(["strings", "text", "wordplay"]), source,
+                [fn], bugs, visible, hidden)
 
 
 def _labels(rng: random.Random) -> Repo:
@@ -343,12 +364,15 @@ def $seq(count):
     bugs = [
         ("wrong_operator", f"    if n % {a} == 0 and n % {b} == 0:", f"    if n % {a} == 0 or n % {b} == 0:"),
         ("off_by_one", "range(1, count + 1)", "range(1, count)"),
-        ("wrong_variable", f"    if n % {b} == 0:\n        return \"{wb}\"", f"    if n % {b} == 0:\n        return \"{wa}\""),
+        ("wrong_variable", f"    if n % {b} == 0:\n        return \"{wb}\"",
+         f"    if n % {b} == 0:\n        return \"{wa}\""),
     ]
     lcm = a * b  # the pairs are coprime
-    visible = [("eq", f"{fn}({a * b * rng.randint(1, 3)})"), ("eq", f"{fn}({b * rng.choice([1, 2]) * (a + 1)})"),
+    visible = [("eq", f"{fn}({a * b * rng.randint(1, 3)})"),
+               ("eq", f"{fn}({b * rng.choice([1, 2]) * (a + 1)})"),
                ("eq", f"{seq}({rng.randint(lcm, lcm + 3)})")]
-    hidden = [("eq", f"{fn}({a})"), ("eq", f"{fn}({b})"), ("eq", f"{fn}({lcm * rng.randint(2, 5)})"), ("eq", f"{fn}(1)"),
+    hidden = [("eq", f"{fn}({a})"), ("eq", f"{fn}({b})"),
+              ("eq", f"{fn}({lcm * rng.randint(2, 5)})"), ("eq", f"{fn}(1)"),
               ("eq", f"{seq}({rng.randint(lcm + 1, 2 * lcm + 2)})"), ("eq", f"{seq}(1)"), ("eq", f"{seq}(0)")]
     return Repo("labels", rng.choice(["game", "counting", "rules"]), source, [fn, seq], bugs, visible, hidden)
 
@@ -382,13 +406,15 @@ def $fn(items, key=None):
     word = rng.choice(_WORDS)
     cased = [word, word.upper(), word.capitalize(), word]
     rng.shuffle(cased)
-    visible = [("eq", f"{fn}({_ints(rng, 8, 0, 5)})"), ("eq", f"{fn}({cased + [rng.choice(_WORDS)]}, key=str.lower)"),
+    visible = [("eq", f"{fn}({_ints(rng, 8, 0, 5)})"),
+               ("eq", f"{fn}({cased + [rng.choice(_WORDS)]}, key=str.lower)"),
                ("eq", f"{fn}([1, '1', {rng.randint(2, 9)}, 1])")]
     hidden = [("eq", f"{fn}({_ints(rng, 10, -3, 3)})"), ("eq", f"{fn}([])"),
               ("eq", f"{fn}({_ints(rng, 7, -5, 5)}, key=abs)"),
               ("eq", f"{fn}({rng.sample(_WORDS, 5) + ['x', 'yy']}, key=len)"),
               ("eq", f"{fn}([2, 2.0, '2', (2,)])")]
-    return Repo("dedupe", rng.choice(["collections", "lists", "sequences"]), source, [fn], bugs, visible, hidden)
+    return Repo("dedupe", rng.choice(["collections", "lists", "sequences"]), source,
+                [fn], bugs, visible, hidden)
 
 
 def _chunking(rng: random.Random) -> Repo:
@@ -412,7 +438,8 @@ def $fn(items, size):
                ("eq", f"{fn}({list(rng.choice(_WORDS))}, 2)"), ("raises", f"{fn}([1, 2], 0)", "positive")]
     hidden = [("eq", f"{fn}(list(range({k * 3})), {k})"), ("eq", f"{fn}([], 3)"), ("eq", f"{fn}([1, 2], 5)"),
               ("eq", f"{fn}(list(range({rng.randint(7, 12)})), 1)"),
-              ("eq", f"{fn}({_ints(rng, rng.randint(7, 11))}, {k + 1})"), ("raises", f"{fn}([1], 0)", "positive")]
+              ("eq", f"{fn}({_ints(rng, rng.randint(7, 11))}, {k + 1})"),
+              ("raises", f"{fn}([1], 0)", "positive")]
     return Repo("chunking", rng.choice(["batching", "lists", "chunks"]), source, [fn], bugs, visible, hidden)
 
 
@@ -429,15 +456,18 @@ def $fn(part, whole, digits=$digits):
     return round(100 * part / whole, digits)
 ''', fn=fn, digits=digits)
     bugs = [
-        ("missing_edge_case", "    if whole == 0:\n        return 0.0\n    return round(", "    return round("),
+        ("missing_edge_case",
+         "    if whole == 0:\n        return 0.0\n    return round(", "    return round("),
         ("wrong_default", f"digits={digits}):", f"digits={digits + 2}):"),
         ("wrong_variable", "round(100 * part / whole, digits)", "round(100 * whole / part, digits)"),
     ]
     visible = [("eq", f"{fn}(1, 3)"), ("eq", f"{fn}({rng.randint(1, 9)}, {rng.randint(11, 99)}, 3)"),
                ("eq", f"{fn}({rng.randint(1, 9)}, 0)")]
     hidden = [("eq", f"{fn}(2, 3)"), ("eq", f"{fn}({rng.randint(10, 60)}, {rng.randint(61, 97)})"),
-              ("eq", f"{fn}(0, 0)"), ("eq", f"{fn}(5, 10)"), ("eq", f"{fn}(1, 7, 4)"), ("eq", f"{fn}(-3, 0, 1)")]
-    return Repo("percentage", rng.choice(["ratios", "reporting", "numbers"]), source, [fn], bugs, visible, hidden)
+              ("eq", f"{fn}(0, 0)"), ("eq", f"{fn}(5, 10)"), ("eq", f"{fn}(1, 7, 4)"),
+              ("eq", f"{fn}(-3, 0, 1)")]
+    return Repo("percentage", rng.choice(["ratios", "reporting", "numbers"]), source,
+                [fn], bugs, visible, hidden)
 
 
 def _count_in_range(rng: random.Random) -> Repo:
@@ -467,7 +497,8 @@ def $fn(values, low, high):
     visible = [("eq", case()), ("eq", f"{fn}([1, 2, 3, 4, 5], 2, 4)")]
     hidden = [("eq", case()), ("eq", case()), ("eq", f"{fn}([], 0, 10)"), ("eq", f"{fn}([5, 5, 5], 5, 5)"),
               ("eq", f"{fn}([{rng.randint(20, 40)}], 0, 10)")]
-    return Repo("count_in_range", rng.choice(["counting", "filters", "ranges"]), source, [fn], bugs, visible, hidden)
+    return Repo("count_in_range", rng.choice(["counting", "filters", "ranges"]), source,
+                [fn], bugs, visible, hidden)
 
 
 def _argmax(rng: random.Random) -> Repo:
@@ -533,9 +564,11 @@ def $fn(text, limit=$n, suffix="..."):
 
     visible = [("eq", f"{fn}({text(n + rng.randint(8, 20))!r})"), ("eq", f"{fn}({text(n)!r})"),
                ("eq", f"{fn}({text(9)!r}, 6)")]
-    hidden = [("eq", f"{fn}({text(n + 1)!r})"), ("eq", f"{fn}({text(n - 1)!r})"), ("eq", f"{fn}({text(30)!r}, 8, '~')"),
+    hidden = [("eq", f"{fn}({text(n + 1)!r})"), ("eq", f"{fn}({text(n - 1)!r})"),
+              ("eq", f"{fn}({text(30)!r}, 8, '~')"),
               ("eq", f"{fn}({text(7)!r}, 7)"), ("eq", f"{fn}('')"), ("eq", f"{fn}({text(n + 6)!r})")]
-    return Repo("truncate", rng.choice(["display", "text", "formatting"]), source, [fn], bugs, visible, hidden)
+    return Repo("truncate", rng.choice(["display", "text", "formatting"]), source,
+                [fn], bugs, visible, hidden)
 
 
 FAMILIES = [_moving_average, _clamp, _running_sum, _word_count, _median, _pagination, _palindrome, _labels,

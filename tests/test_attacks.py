@@ -21,15 +21,14 @@ import pytest
 
 from course_lib.envs import cgroups, load_tasks, make_env, workdirs
 from course_lib.envs.base import OBSERVATION_LIMIT, Environment
+from course_lib.envs.bwrap import bwrap_available, seccomp_enabled
 from course_lib.envs.code_fix import HIDDEN_TESTS, HiddenCall, check_hidden_calls, hidden_calls
 from course_lib.envs.sandbox import (
     Limits,
-    bwrap_available,
     disk_usage,
     make_workdir,
     remove_workdir,
     run_sandboxed,
-    seccomp_enabled,
     walk_tree,
 )
 from course_lib.protocol import format_answer, format_tool_call

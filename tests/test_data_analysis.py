@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from course_lib.envs import data_dir, load_tasks, make_env
+from course_lib.envs.bwrap import bwrap_available
 from course_lib.envs.data_analysis import CSV_DIR, answers_match, parse_number
-from course_lib.envs.sandbox import bwrap_available
 from course_lib.protocol import format_answer, format_tool_call
 from course_lib.tasks.data_analysis import INSTANCES, TEMPLATES, _run_solution, generate
 

@@ -23,12 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.envs import sandbox, workdirs
+from course_lib.envs import bwrap, sandbox, workdirs
+from course_lib.envs.bwrap import WORKSPACE, bwrap_available
 from course_lib.envs.sandbox import (
-    WORKSPACE,
     Limits,
     SandboxResult,
-    bwrap_available,
     make_workdir,
     remove_workdir,
     run_sandboxed,
@@ -194,7 +193,7 @@ def test_dev_cannot_fill_memory(workdir):
                 workdir)
     lines = result.output.splitlines()
     assert {"dev-read-only", "8", "lock-ok"} <= set(lines), result.output
-    if sandbox._tmpfs_size_supported():  # the cap, 4 x file_size_mb = 4 MB, fits four files of 0.9 MB
+    if bwrap._tmpfs_size_supported():  # the cap, 4 x file_size_mb = 4 MB, fits four files of 0.9 MB
         assert "shm-full-at-5" in lines, result.output
 
 
@@ -389,8 +388,8 @@ def test_python_and_pandas_work_inside(workdir):
 
 
 def test_limits_still_apply_without_bwrap_and_warn_once(workdir, monkeypatch):
-    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
-    monkeypatch.setattr(sandbox, "_warned_limits_only", False)
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)  # the name run_sandboxed calls
+    monkeypatch.setattr(bwrap, "_warned_limits_only", False)
     duration = unique_sleep()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -419,7 +418,7 @@ def test_result_text_notes():
 
 
 def test_isolation_line_says_what_this_machine_gives():
-    from course_lib.envs.sandbox import bwrap_available, isolation, seccomp_enabled
+    from course_lib.envs.bwrap import bwrap_available, isolation, seccomp_enabled
 
     line = isolation()
     assert line.startswith("sandbox: ")

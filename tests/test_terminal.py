@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from course_lib.envs import data_dir, load_tasks, make_env
-from course_lib.envs.sandbox import Limits, bwrap_available
+from course_lib.envs.bwrap import bwrap_available
+from course_lib.envs.sandbox import Limits
 from course_lib.envs.terminal import TerminalEnv
 from course_lib.protocol import format_answer, format_tool_call
 from course_lib.tasks.terminal import FAMILIES, generate

@@ -2,9 +2,9 @@
 at a time.
 
     python benchmarks/rollout_throughput.py                       # both parts, float32 and bfloat16 weights
-    python benchmarks/rollout_throughput.py --parts decode        # only the decode steps and the bound (~1 min)
-    python benchmarks/rollout_throughput.py --parts rollouts      # only the end-to-end rollouts (~2-3 min)
-    ... [--dtypes float32 bf16-autocast bfloat16] [--batches 1 4 16] [--context 200] [--profile]
+    python benchmarks/rollout_throughput.py --parts decode        # only the decode steps and the bound (~1
+    min) python benchmarks/rollout_throughput.py --parts rollouts      # only the end-to-end rollouts (~2-3
+    min) ... [--dtypes float32 bf16-autocast bfloat16] [--batches 1 4 16] [--context 200] [--profile]
         [--attentions sdpa course_decode] [--caches concat preallocated]
         [--engines sdpa/concat course_decode/preallocated]   # part 2: engines side by side, attention/cache
         [--episodes 16] [--env lookup] [--max-new-tokens 64] [--compare-recompute] [--json F] [--md F]
@@ -53,7 +53,8 @@ from course_lib.trajectory import TrajectoryGroup
 
 def cpu_name() -> str:
     try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                    if line.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
 
@@ -64,7 +65,8 @@ def _sync(device: torch.device) -> None:
 
 
 def stream_bandwidth(device: torch.device, megabytes: int = 512, repeats: int = 5) -> float:
-    """Streaming read bandwidth in GB/s: bytes / seconds of `x.sum()` over `megabytes` of fp32, best of `repeats`."""
+    """Streaming read bandwidth in GB/s: bytes / seconds of `x.sum()` over `megabytes` of fp32,
+    best of `repeats`."""
     x = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32, device=device)
     x.sum()  # touch every page once
     best = float("inf")
@@ -78,12 +80,14 @@ def stream_bandwidth(device: torch.device, megabytes: int = 512, repeats: int = 
 
 
 def weight_bytes(model) -> int:
-    """Bytes of the model's weights (a tied embedding / output layer counted once, as it is read once a step)."""
+    """Bytes of the model's weights (a tied embedding / output layer counted once, as it is
+    read once a step)."""
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def kv_bytes(model, batch: int, context: int) -> int:
-    """Bytes of the KV cache one decode step reads: 2 · layers · batch · kv_heads · context · head_dim · bytes."""
+    """Bytes of the KV cache one decode step reads: 2 · layers · batch · kv_heads · context ·
+    head_dim · bytes."""
     c = model.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     size = next(model.parameters()).element_size()
@@ -93,9 +97,9 @@ def kv_bytes(model, batch: int, context: int) -> int:
 @torch.no_grad()
 def decode_step_ms(model, batch: int, context: int, steps: int, profile: bool = False,
                    padded: bool = False) -> tuple[float, str]:
-    """Median milliseconds of one decode step at `batch` rows over a `context`-token cache, as the engine runs it
-    (and torch.profiler's top operators when `profile`). `padded`: rows of different lengths, left-padded (an
-    attention mask with zeros: transformers' SDPA then takes another kernel than for equal lengths)."""
+    """Median milliseconds of one decode step at `batch` rows over a `context`-token cache, as the engine runs
+    it (and torch.profiler's top operators when `profile`). `padded`: rows of different lengths, left-padded
+    (an attention mask with zeros: transformers' SDPA then takes another kernel than for equal lengths)."""
     device = model.device
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(100, model.config.vocab_size - 100, (batch, context), generator=gen).to(device)
@@ -103,8 +107,10 @@ def decode_step_ms(model, batch: int, context: int, steps: int, profile: bool = 
     if padded:  # rows of different lengths, left-padded as the engine pads them: 0, 8, 16 or 24 pad tokens
         for row in range(batch):
             mask[row, : 8 * (row % 4)] = 0
-    out = model(input_ids=ids, attention_mask=mask, cache=kv_cache.new_cache(), use_cache=True, logits_to_keep=1)
-    cache, token, pos = out.cache, out.logits[:, -1].argmax(-1, keepdim=True), torch.full((batch, 1), context - 1)
+    out = model(input_ids=ids, attention_mask=mask, cache=kv_cache.new_cache(),
+                use_cache=True, logits_to_keep=1)
+    cache, token, pos = out.cache, out.logits[:, -1].argmax(-1,
+                                                            keepdim=True), torch.full((batch, 1), context - 1)
     pos = pos.to(device)
 
     def step() -> None:
@@ -135,27 +141,31 @@ def decode_part(args, device: torch.device) -> dict:
     """Part 1: the bandwidth, then for each dtype and batch the step time next to its bound."""
     gbps = stream_bandwidth(device)
     print(f"\nstreaming read bandwidth: {gbps:.1f} GB/s (sum over 512 MB of fp32, best of 5)")
-    print(f"decode step with a {args.context}-token cache{', rows left-padded by 0-24 tokens' if args.padded else ''} "
+    print(f"decode step with a {args.context}-token "
+          f"cache{', rows left-padded by 0-24 tokens' if args.padded else ''} "
           f"(median of {args.steps} steps):")
-    print(f"{'dtype':<15}{'attention':<15}{'cache':<14}{'batch':>6}{'ms / step':>11}{'tokens/s':>10}{'weights MB':>12}{'bound ms':>10}"
-          f"{'bound / step':>14}{'+KV bound ms':>14}")
+    print(f"{'dtype':<15}{'attention':<15}{'cache':<14}{'batch':>6}{'ms / step':>11}{'tokens/s':>10}"
+          f"{'weights MB':>12}{'bound ms':>10}{'bound / step':>14}{'+KV bound ms':>14}")
     rows = []
     for dtype in args.dtypes:
         model, _ = load_policy(args.model, device=str(device), dtype=_load_dtype(dtype, device))
         wb = weight_bytes(model)
-        for attention, cache, batch in [(a, c, b) for a in args.attentions for c in args.caches for b in args.batches]:
+        for attention, cache, batch in [(a, c, b) for a in args.attentions
+                                        for c in args.caches for b in args.batches]:
             kv_cache.PREALLOCATE = cache == "preallocated"
             model.set_attn_implementation(attention)
             ms, table = decode_step_ms(model, batch, args.context, args.steps, args.profile, args.padded)
             bound = 1000 * wb / (gbps * 1e9)
             bound_kv = 1000 * (wb + kv_bytes(model, batch, args.context)) / (gbps * 1e9)
-            rows.append({"dtype": dtype, "attention": attention, "cache": cache, "batch": batch, "ms_per_step": ms,
+            rows.append({"dtype": dtype, "attention": attention, "cache": cache,
+                         "batch": batch, "ms_per_step": ms,
                          "tokens_per_s": 1000 * batch / ms, "weight_mb": wb / 1e6, "bound_ms": bound,
                          "bound_with_kv_ms": bound_kv})
-            print(f"{dtype:<15}{attention:<15}{cache:<14}{batch:>6}{ms:>11.1f}{1000 * batch / ms:>10.1f}{wb / 1e6:>12.0f}"
-                  f"{bound:>10.1f}{bound / ms:>14.2f}{bound_kv:>14.1f}", flush=True)
+            print(f"{dtype:<15}{attention:<15}{cache:<14}{batch:>6}{ms:>11.1f}{1000 * batch / ms:>10.1f}"
+                  f"{wb / 1e6:>12.0f}{bound:>10.1f}{bound / ms:>14.2f}{bound_kv:>14.1f}", flush=True)
             if table:
-                print(f"top operators, {dtype}, {attention} attention, {cache} cache, batch {batch} (5 steps):\n{table}")
+                print(f"top operators, {dtype}, {attention} attention, {cache} cache, batch "
+                      f"{batch} (5 steps):\n{table}")
         del model
     return {"bandwidth_gb_s": gbps, "context": args.context, "padded": args.padded, "steps": rows}
 
@@ -207,7 +217,8 @@ def barrier_estimate(groups: list[TrajectoryGroup], step_ms: dict[int, float]) -
     ms_with = sum(_interpolate(step_ms, b) for b in with_barrier)
     ms_without = sum(_interpolate(step_ms, b) for b in without)
     return {"steps_with_barrier": len(with_barrier), "steps_without": len(without),
-            "mean_rows_with_barrier": statistics.mean(with_barrier), "mean_rows_without": statistics.mean(without),
+            "mean_rows_with_barrier": statistics.mean(with_barrier),
+            "mean_rows_without": statistics.mean(without),
             "model_s_with_barrier": ms_with / 1000, "model_s_without": ms_without / 1000,
             "speedup": ms_with / ms_without}
 
@@ -217,19 +228,23 @@ _RUNS = (("batched, cache kept", True, True), ("batched, recomputed", True, Fals
 
 
 def rollouts_part(args, device: torch.device, step_ms: dict[str, dict[int, float]]) -> dict:
-    """Part 2: new tokens/s of the batched engine(s) and of one episode at a time, per dtype; the barrier estimate."""
+    """Part 2: new tokens/s of the batched engine(s) and of one episode at a time, per dtype; the
+    barrier estimate."""
     engines = args.engines
     tasks = load_tasks(args.env, "test")[: args.episodes // args.group_size]
     common = dict(group_size=args.group_size, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                   temperature=args.temperature, seed=0, progress=False)
-    print(f"\nrollouts (engines: attention/cache {', '.join(engines)}; model {args.model}), env {args.env}: {len(tasks)} tasks x "
-          f"{args.group_size} = {len(tasks) * args.group_size} episodes, max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}, temperature {args.temperature}")
-    print(f"{'dtype':<15}{'engine':<28}{'new tokens':>11}{'prefill tokens':>16}{'generate s':>12}{'tokens/s':>10}"
-          f"{'calls':>7}")
+    print("\n"
+          f"rollouts (engines: attention/cache {', '.join(engines)}; model {args.model}), env {args.env}: "
+          f"{len(tasks)} tasks x {args.group_size} = {len(tasks) * args.group_size} episodes, max_turns "
+          f"{args.max_turns}, max_new_tokens {args.max_new_tokens}, temperature {args.temperature}")
+    print(f"{'dtype':<15}{'engine':<28}{'new tokens':>11}{'prefill tokens':>16}{'generate s':>12}"
+          f"{'tokens/s':>10}{'calls':>7}")
     rows, summary, barrier = [], [], {}
     for dtype in args.dtypes:
         model, tok = load_policy(args.model, device=str(device), dtype=_load_dtype(dtype, device))
-        rollout(model, tok, args.env, tasks[:1], **{**common, "group_size": 1, "max_new_tokens": 4})  # warm-up
+        # warm-up
+        rollout(model, tok, args.env, tasks[:1], **{**common, "group_size": 1, "max_new_tokens": 4})
         tps = {}
         for engine, (name, batched, reuse) in [(e, r) for e in engines for r in _RUNS]:
             if not (reuse or args.compare_recompute) or (not batched and engine != engines[0]):
@@ -251,9 +266,10 @@ def rollouts_part(args, device: torch.device, step_ms: dict[str, dict[int, float
         line = (f"{dtype:<15}batched / one at a time: "
                 f"{tps['batched, cache kept' + first] / tps['one at a time, cache kept' + first]:.2f}x")
         if args.compare_recompute:
+            one = tps['one at a time, cache kept' + first] / tps['one at a time, recomputed' + first]
             line += (f"; cache kept / recomputed: batched "
-                     f"{tps['batched, cache kept' + first] / tps['batched, recomputed' + first]:.2f}x, one at a time "
-                     f"{tps['one at a time, cache kept' + first] / tps['one at a time, recomputed' + first]:.2f}x")
+                     f"{tps['batched, cache kept' + first] / tps['batched, recomputed' + first]:.2f}x, "
+                     f"one at a time {one:.2f}x")
         for engine in engines[1:]:
             line += (f"; batched {engine} / {engines[0]}: "
                      f"{tps[f'batched, cache kept ({engine})'] / tps['batched, cache kept' + first]:.2f}x")
@@ -270,7 +286,8 @@ def rollouts_part(args, device: torch.device, step_ms: dict[str, dict[int, float
             print(f"{dtype:<15}{b['steps_with_barrier']:>11}{b['steps_without']:>9}{b['mean_rows_with_barrier']:>16.1f}"
                   f"{b['mean_rows_without']:>9.1f}{b['model_s_with_barrier']:>14.1f}{b['model_s_without']:>9.1f}"
                   f"{b['speedup']:>9.2f}x")
-    return {"env": args.env, "engines": engines, "episodes": len(tasks) * args.group_size, "max_turns": args.max_turns,
+    return {"env": args.env, "engines": engines, "episodes": len(tasks) * args.group_size,
+            "max_turns": args.max_turns,
             "max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "rows": rows,
             "barrier_estimate": barrier}
 
@@ -281,16 +298,20 @@ def markdown(result: dict) -> str:
              f"device {result['device']}, {result['date']}.", ""]
     if "decode" in result:
         d = result["decode"]
-        lines += [f"Streaming read bandwidth: {d['bandwidth_gb_s']:.1f} GB/s. Decode step with a {d['context']}-token "
-                  f"cache{' (rows left-padded by 0-24 tokens)' if d.get('padded') else ''}:", "", "| weights | attention | cache | batch | ms / step | tokens/s | weights MB | bound ms | bound / step | "
-                  "+KV bound ms |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r['dtype']} | {r.get('attention', 'sdpa')} | {r['cache']} | {r['batch']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.1f} | "
+        lines += [f"Streaming read bandwidth: {d['bandwidth_gb_s']:.1f} GB/s. Decode step with a "
+                  f"{d['context']}-token "
+                  f"cache{' (rows left-padded by 0-24 tokens)' if d.get('padded') else ''}:", "",
+                  "| weights | attention | cache | batch | ms / step | tokens/s | weights MB | bound "
+                  "ms | bound / step | +KV bound ms |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['dtype']} | {r.get('attention', 'sdpa')} | {r['cache']} | {r['batch']} | "
+                  f"{r['ms_per_step']:.1f} | {r['tokens_per_s']:.1f} | "
                   f"{r['weight_mb']:.0f} | {r['bound_ms']:.1f} | {r['bound_ms'] / r['ms_per_step']:.2f} | "
                   f"{r['bound_with_kv_ms']:.1f} |" for r in d["steps"]]
         lines.append("")
     if "rollouts" in result:
         r = result["rollouts"]
-        lines += [f"Rollouts (engines, attention/cache: {', '.join(r['engines'])}): env {r['env']}, {r['episodes']} episodes, max_turns {r['max_turns']}, max_new_tokens "
+        lines += [f"Rollouts (engines, attention/cache: {', '.join(r['engines'])}): env {r['env']}, "
+                  f"{r['episodes']} episodes, max_turns {r['max_turns']}, max_new_tokens "
                   f"{r['max_new_tokens']}, temperature {r['temperature']}.", "",
                   "| weights | engine | new tokens | prefill tokens | generate s | tokens/s |",
                   "|---|---|---:|---:|---:|---:|"]
@@ -298,10 +319,11 @@ def markdown(result: dict) -> str:
                   f"{x['generate_s']:.1f} | {x['tokens_per_s']:.1f} |" for x in r["rows"]]
         if r["barrier_estimate"]:
             lines += ["", "Barrier between turns (modelled, decode only):", "",
-                      "| weights | steps with / without | mean rows with / without | model s with / without | "
-                      "speed-up |", "|---|---:|---:|---:|---:|"]
-            lines += [f"| {k} | {b['steps_with_barrier']} / {b['steps_without']} | {b['mean_rows_with_barrier']:.1f} / "
-                      f"{b['mean_rows_without']:.1f} | {b['model_s_with_barrier']:.1f} / {b['model_s_without']:.1f} | "
+                      "| weights | steps with / without | mean rows with / without | "
+                      "model s with / without | speed-up |", "|---|---:|---:|---:|---:|"]
+            lines += [f"| {k} | {b['steps_with_barrier']} / {b['steps_without']} | "
+                      f"{b['mean_rows_with_barrier']:.1f} / {b['mean_rows_without']:.1f} | "
+                      f"{b['model_s_with_barrier']:.1f} / {b['model_s_without']:.1f} | "
                       f"{b['speedup']:.2f}x |" for k, b in r["barrier_estimate"].items()]
     return "\n".join(lines) + "\n"
 
@@ -312,25 +334,33 @@ def main() -> None:
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"],
                     help="float32 weights, bfloat16 weights, or bf16-autocast (fp32 weights, bf16 autocast)")
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 4, 16], help="decode batch sizes to time")
-    ap.add_argument("--caches", nargs="+", choices=["concat", "preallocated"], default=["concat", "preallocated"],
+    ap.add_argument("--caches", nargs="+", choices=["concat", "preallocated"],
+                    default=["concat", "preallocated"],
                     help="decode steps with DynamicCache (torch.cat each step) and with kv_cache.RoomyLayer")
     ap.add_argument("--attentions", nargs="+", choices=["sdpa", ATTENTION], default=["sdpa", ATTENTION],
                     help="decode steps with transformers' SDPA and with course_lib.decode_attention")
     ap.add_argument("--engines", nargs="+", default=None,
-                    help="part 2's engines as attention/cache, e.g. sdpa/concat course_decode/preallocated; the first "
+                    help="part 2's engines as attention/cache, e.g. sdpa/concat "
+                    "course_decode/preallocated; the first "
                          "is also the one-at-a-time and barrier baseline (default: the library's defaults)")
-    ap.add_argument("--context", type=int, default=200, help="cached tokens per row when timing a decode step")
+    ap.add_argument("--context", type=int, default=200,
+                    help="cached tokens per row when timing a decode step")
     ap.add_argument("--padded", action="store_true",
-                    help="part 1 with rows of different lengths (left padding), as most of the engine's batches")
+                    help="part 1 with rows of different lengths (left padding), as most of "
+                    "the engine's batches")
     ap.add_argument("--steps", type=int, default=12, help="timed decode steps per batch size (median)")
-    ap.add_argument("--profile", action="store_true", help="print torch.profiler's top operators per batch size")
-    ap.add_argument("--model", default="smollm2-135m", help="the embedded model, or a checkpoint folder (a warm start)")
+    ap.add_argument("--profile", action="store_true",
+                    help="print torch.profiler's top operators per batch size")
+    ap.add_argument("--model", default="smollm2-135m",
+                    help="the embedded model, or a checkpoint folder (a warm start)")
     ap.add_argument("--episodes", type=int, default=16, help="concurrent episodes (tasks x group size)")
-    ap.add_argument("--group-size", type=int, default=1, help="episodes per task (greedy: copies of one episode)")
+    ap.add_argument("--group-size", type=int, default=1,
+                    help="episodes per task (greedy: copies of one episode)")
     ap.add_argument("--env", default="lookup")
     ap.add_argument("--max-turns", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy (both engines write the same text)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="0: greedy (both engines write the same text)")
     ap.add_argument("--compare-recompute", action="store_true",
                     help="also run both engines without keeping the KV cache between turns")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -341,13 +371,15 @@ def main() -> None:
     for engine in args.engines:
         if engine.count("/") != 1 or engine.split("/")[0] not in ("sdpa", ATTENTION) \
                 or engine.split("/")[1] not in ("concat", "preallocated"):
-            ap.error(f"--engines takes attention/cache (sdpa or {ATTENTION} / concat or preallocated), got {engine!r}")
+            ap.error(f"--engines takes attention/cache (sdpa or {ATTENTION} / concat or "
+                     f"preallocated), got {engine!r}")
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     result = {"machine": cpu_name() if device.type == "cpu" else torch.cuda.get_device_name(device),
               "threads": torch.get_num_threads(), "torch": torch.__version__, "device": device.type,
               "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "args": vars(args)}
-    print(f"machine: {result['machine']}, {result['threads']} threads, torch {torch.__version__}, device {device}")
+    print(f"machine: {result['machine']}, {result['threads']} threads, torch "
+          f"{torch.__version__}, device {device}")
     t0 = time.perf_counter()
     step_ms: dict[str, dict[int, float]] = {}
     if "decode" in args.parts:

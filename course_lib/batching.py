@@ -63,7 +63,8 @@ def hidden_states(model, batch: dict, device) -> torch.Tensor:
                                attention_mask=batch["attention_mask"].to(device)).last_hidden_state
 
 
-def forward_logprobs(model, batch: dict, device, autocast_dtype, temperature: float, need_hidden: bool = False):
+def forward_logprobs(model, batch: dict, device, autocast_dtype, temperature: float,
+                     need_hidden: bool = False):
     """(log-probs [B, T] float32, logits [N, V], last hidden state [B, T, H] or None).
 
     Only the N positions that predict a model token (loss_mask[t] = 1, predicted from the hidden state

@@ -26,7 +26,8 @@ def checkpoint_bytes(model, value_head=None) -> int:
     return 3 * sum(p.numel() * p.element_size() for p in params)
 
 
-def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, value_head, step: int, config: dict[str, Any]) -> None:
+def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, value_head, step: int,
+                    config: dict[str, Any]) -> None:
     """Write run_dir/checkpoint atomically: a temporary folder, then a rename (the old one goes last).
     `config` is the run's configuration as JSON-ready data (stored as config.json beside the weights).
 
@@ -41,7 +42,8 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, value_head, step
         rng = {"torch": torch.get_rng_state(), "python": random.getstate(),
                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
         torch.save({"optimizer": optimizer.state_dict(), "rng": rng,
-                    "value_head": value_head.state_dict() if value_head is not None else None}, tmp / "state.pt")
+                    "value_head": value_head.state_dict() if value_head is not None else None},
+                   tmp / "state.pt")
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
         (tmp / "step.json").write_text(json.dumps({"step": step}))
     except Exception as e:  # a failed write is an OSError, a SafetensorError or torch.save's RuntimeError
@@ -50,9 +52,9 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, value_head, step
         kept = f"the checkpoint in {final} is untouched" if final.exists() else "no earlier checkpoint exists"
         raise OSError(f"could not write the checkpoint of step {step} to {tmp} ({type(e).__name__}: {e}); "
                       f"{free / 2**30:.2f} GB are free on that disk and this checkpoint needs about "
-                      f"{checkpoint_bytes(model, value_head) / 2**30:.2f} GB (weights and optimizer state); {kept}. "
-                      f"Free some space (old run folders under runs/) and run again: train() resumes from the last "
-                      f"checkpoint.") from e
+                      f"{checkpoint_bytes(model, value_head) / 2**30:.2f} GB (weights and "
+                      f"optimizer state); {kept}. Free some space (old run folders under runs/) and run "
+                      f"again: train() resumes from the last checkpoint.") from e
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
@@ -66,8 +68,9 @@ def check_disk_for_checkpoint(run_dir: Path, model, value_head) -> None:
     need, free = checkpoint_bytes(model, value_head), shutil.disk_usage(run_dir).free
     if free < need:
         raise OSError(f"{run_dir} has {free / 2**30:.2f} GB free, and a checkpoint of this run needs about "
-                      f"{need / 2**30:.2f} GB (weights and optimizer state); no step was run. Free some space (old "
-                      f"run folders under runs/) or choose a run_dir on a bigger disk (COURSE_RUNS moves runs/).")
+                      f"{need / 2**30:.2f} GB (weights and optimizer state); no step was run. "
+                      "Free some space (old run folders under runs/) or choose a run_dir on a bigger disk "
+                      "(COURSE_RUNS moves runs/).")
 
 
 def find_checkpoint(run_dir: Path) -> Path | None:

@@ -193,7 +193,8 @@ def gigpo_advantages(step_rewards: Sequence[float] | torch.Tensor, anchors: Sequ
 # ----- turn-level rewards (process rewards, turn judges) ------------------------------------------------
 
 
-def turn_advantages(turn_rewards: Sequence[float] | torch.Tensor, outcome_rewards: Sequence[float] | torch.Tensor,
+def turn_advantages(turn_rewards: Sequence[float] | torch.Tensor,
+                    outcome_rewards: Sequence[float] | torch.Tensor,
                     group_ids: Sequence[Hashable], traj_ids: Sequence[Hashable], *, weight: float = 0.5,
                     gamma: float = 1.0, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
     """Outcome advantage plus a turn-level advantage from per-turn rewards, one per turn (row).
@@ -228,7 +229,8 @@ def turn_advantages(turn_rewards: Sequence[float] | torch.Tensor, outcome_reward
     traj_keys = list(zip(group_ids, traj_ids))
     traj_rows = _rows_by_key(traj_keys)
     first_rows = [rows[0] for rows in traj_rows.values()]
-    outcome_adv = outcome_advantages(outcome_rewards[first_rows], [g for g, _ in traj_rows], scale=scale, eps=eps)
+    outcome_adv = outcome_advantages(outcome_rewards[first_rows],
+                                     [g for g, _ in traj_rows], scale=scale, eps=eps)
     advantages = torch.zeros_like(turn_rewards)
     turn_index = [0] * len(turn_rewards)
     for adv, rows in zip(outcome_adv, traj_rows.values()):
@@ -242,7 +244,8 @@ def turn_advantages(turn_rewards: Sequence[float] | torch.Tensor, outcome_reward
     return advantages + weight * turn_adv
 
 
-def broadcast_to_tokens(turn_advantages_per_row: torch.Tensor, turn_index_per_token: torch.Tensor) -> torch.Tensor:
+def broadcast_to_tokens(turn_advantages_per_row: torch.Tensor,
+                        turn_index_per_token: torch.Tensor) -> torch.Tensor:
     """Per-token advantages from per-turn ones: out[..., j] = A[..., turn_index[j]], and 0 where
     turn_index is −1 (the prompt, padding). A turn's observation and closing tokens carry its index, so
     they get the turn's value here: multiply by the loss mask to keep only the tokens the model chose.
@@ -257,8 +260,8 @@ def broadcast_to_tokens(turn_advantages_per_row: torch.Tensor, turn_index_per_to
 # ----- a critic: GAE over turns (the value head and its loss: course_lib.value_head) --------------------
 
 
-def gae(rewards: Sequence[float] | torch.Tensor, values: Sequence[float] | torch.Tensor, *, gamma: float = 1.0,
-        lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+def gae(rewards: Sequence[float] | torch.Tensor, values: Sequence[float] | torch.Tensor, *,
+        gamma: float = 1.0, lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over the turns of one finished trajectory.
 
         δ_t = r_t + γ·V_{t+1} − V_t          (V after the last turn = 0: the episode is over)
@@ -329,12 +332,14 @@ class CreditInputs:
     @classmethod
     def of(cls, trajectories: Sequence, *, turn_rewards: Sequence[Sequence[float]] | None = None,
            values: Sequence[Sequence[float]] | None = None) -> CreditInputs:
-        """The inputs of trajectories (`group_id`, `traj_id`, `reward`, `steps` with `reward` and `anchor`)."""
+        """The inputs of trajectories (`group_id`, `traj_id`, `reward`, `steps` with
+        `reward` and `anchor`)."""
         return cls(group_ids=[t.group_id for t in trajectories], traj_ids=[t.traj_id for t in trajectories],
                    rewards=[float(t.reward) for t in trajectories],
                    step_rewards=[[float(s.reward) for s in t.steps] for t in trajectories],
                    anchors=[[s.anchor for s in t.steps] for t in trajectories],
-                   turn_rewards=None if turn_rewards is None else [[float(r) for r in rs] for rs in turn_rewards],
+                   turn_rewards=(None if turn_rewards is None
+                                 else [[float(r) for r in rs] for rs in turn_rewards]),
                    values=None if values is None else [[float(v) for v in vs] for vs in values])
 
     @property
@@ -350,7 +355,8 @@ class CreditInputs:
         return ([g for g, k in zip(self.group_ids, self.num_turns) for _ in range(k)],
                 [i for i, k in zip(self.traj_ids, self.num_turns) for _ in range(k)])
 
-    def split(self, flat: torch.Tensor) -> list[torch.Tensor]:  # one entry per row -> one tensor per trajectory
+    def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        # one entry per row -> one tensor per trajectory
         return list(torch.split(flat, self.num_turns))
 
 
@@ -389,7 +395,8 @@ def credit_method(name: str, *, needs: Sequence[str] = (), skip: str = "zero_adv
     update leaves out, "equal_rewards" (all rewards R equal), "zero_advantages" (all advantages 0) or
     "never". Its keyword arguments are its options, which `advantages` passes through."""
     if set(needs) - {"turn_rewards", "values"} or skip not in SKIP_RULES:
-        raise ValueError(f"needs: turn_rewards and/or values (got {needs}); skip: one of {SKIP_RULES} (got {skip!r})")
+        raise ValueError(f"needs: turn_rewards and/or values (got {needs}); skip: one of "
+                         f"{SKIP_RULES} (got {skip!r})")
 
     def register(compute):
         params = list(inspect.signature(compute).parameters.values())[1:]
@@ -422,7 +429,8 @@ def advantages(method: str, inputs: CreditInputs, **options: Any) -> CreditResul
     spec = credit_method_named(method)
     unknown = sorted(set(options) - credit_options())
     if unknown:
-        raise ValueError(f"no credit method takes the option(s) {unknown}; options are: {', '.join(sorted(credit_options()))}")
+        raise ValueError(f"no credit method takes the option(s) {unknown}; options are: "
+                         f"{', '.join(sorted(credit_options()))}")
     missing = sorted(n for n in spec.needs if getattr(inputs, n) is None)
     if missing:
         raise ValueError(f"credit {method!r} needs {' and '.join(missing)} in its inputs")
@@ -535,7 +543,8 @@ def critic_credit(inputs: CreditInputs, *, gae_gamma: float = 1.0, gae_lambda: f
 @credit_method("turn_dense", needs=("turn_rewards",), skip="zero_advantages")
 def turn_dense_credit(inputs: CreditInputs, *, turn_weight: float = 0.5, gamma: float = 0.95,
                       scale: str = "group") -> list[torch.Tensor]:
-    """The advantages of `turn` (`turn_advantages`), but a group is skipped only when all its advantages are 0.
+    """The advantages of `turn` (`turn_advantages`), but a group is skipped only when all its
+    advantages are 0.
 
     In a group whose rollouts all failed, A_O = 0 and A(τ, t) = turn_weight · A_T(τ, t): the turn rewards
     alone move the policy. That is the point when success is rare (most groups fail together and outcome

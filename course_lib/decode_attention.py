@@ -10,8 +10,8 @@ stacked as rows, attention is two small matrix products per row and K/V head:
 K and V are read once and never repeated per query head. When the rows have equal length (no mask),
 transformers hands this shape to torch's fused GQA kernel (`scaled_dot_product_attention(enable_gqa=True)`),
 built for many queries: on the course's 2-core CPU it took about 10x as long in bf16, most of a bf16 decode
-step at batch 16; with padded rows the two are within a few percent (benchmarks/README.md, rollout_throughput).
-Prefill and training (more than one query per row) go to transformers' SDPA path
+step at batch 16; with padded rows the two are within a few percent (benchmarks/README.md,
+rollout_throughput). Prefill and training (more than one query per row) go to transformers' SDPA path
 unchanged, so gradients and the trainer's log-probs are computed exactly as before.
 
 `install(model)` registers this function with transformers under the name ``ATTENTION`` and switches the
@@ -45,15 +45,16 @@ def grouped_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torc
     return torch.matmul(probs, value).reshape(batch, 1, heads, dim)
 
 
-def decode_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                             attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                             **kwargs) -> tuple[torch.Tensor, None]:
+def decode_attention_forward(module: torch.nn.Module, query: torch.Tensor,
+                             key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: torch.Tensor | None, dropout: float = 0.0,
+                             scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention signature: `grouped_decode_attention` for one query token per row, without
     dropout or extra biases; everything else (prefill, training) goes to `sdpa_attention_forward`."""
     one_query = query.shape[2] == 1 and key.shape[1] > 0 and query.shape[1] % key.shape[1] == 0
     if not one_query or dropout > 0.0 or kwargs.get("position_bias") is not None or kwargs.get("softcap"):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     return grouped_decode_attention(query, key, value, attention_mask, scale), None
 

@@ -53,7 +53,8 @@ def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *,
 
 def evaluation_tasks(env: str, split: str = "test", n_tasks: int = 32,
                      task_filter: dict[str, Any] | None = None) -> list[dict]:
-    """The first `n_tasks` tasks of `split` that pass `task_filter`; a bad name, filter or size raises ValueError."""
+    """The first `n_tasks` tasks of `split` that pass `task_filter`; a bad name, filter or size
+    raises ValueError."""
     if n_tasks < 1:
         raise ValueError(f"n_tasks must be at least 1, got {n_tasks}")
     return filter_tasks(load_tasks(env, split), task_filter)[:n_tasks]

@@ -53,7 +53,8 @@ SAMPLE_DTYPES = ("float32", "bfloat16")
 def check_sample_dtype(sample_dtype: str) -> None:
     """ValueError unless `sample_dtype` is one of `SAMPLE_DTYPES`."""
     if sample_dtype not in SAMPLE_DTYPES:
-        raise ValueError(f"sample_dtype must be one of {', '.join(map(repr, SAMPLE_DTYPES))}, got {sample_dtype!r}")
+        raise ValueError(f"sample_dtype must be one of {', '.join(map(repr, SAMPLE_DTYPES))}, "
+                         f"got {sample_dtype!r}")
 
 
 def sampling_copy(model, sample_dtype: str = "float32"):
@@ -99,11 +100,11 @@ def sampler_gap(batch: dict, logprobs: torch.Tensor) -> float:
     return float(((batch["old_logprobs"].to(logprobs.device) - logprobs.detach()).abs() * mask).sum())
 
 
-# False: transformers' DynamicCache, which grows each layer's keys and values by torch.cat (a copy of the whole
-# cache every decode step). True: `RoomyLayer`, which writes each step into room kept at the end of its buffers.
-# Measured side by side (benchmarks/README.md, 2026-12-04, 2 cores): with rows left-padded as the engine pads
-# them, a decode step at batch 16-32 took 0.81-0.96x the time of concatenation, and 0.72-0.91x at 1,000 cached
-# tokens in fp32; so it is on by default.
+# False: transformers' DynamicCache, which grows each layer's keys and values by torch.cat (a copy of the
+# whole cache every decode step). True: `RoomyLayer`, which writes each step into room kept at the end of its
+# buffers. Measured side by side (benchmarks/README.md, 2026-12-04, 2 cores): with rows left-padded as the
+# engine pads them, a decode step at batch 16-32 took 0.81-0.96x the time of concatenation, and 0.72-0.91x at
+# 1,000 cached tokens in fp32; so it is on by default.
 PREALLOCATE = True
 
 
@@ -121,7 +122,8 @@ class RoomyLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         n, new = self.get_seq_length(), key_states.shape[-2]
         buffer = getattr(self, "_key_buffer", None)
-        if buffer is None or n == 0 or self.keys.data_ptr() != buffer.data_ptr() or n + new > buffer.shape[-2]:
+        if (buffer is None or n == 0 or self.keys.data_ptr() != buffer.data_ptr()
+                or n + new > buffer.shape[-2]):
             shape = (*key_states.shape[:2], n + new + self.room, key_states.shape[-1])
             self._key_buffer, self._value_buffer = key_states.new_empty(shape), value_states.new_empty(shape)
             if n:
@@ -202,11 +204,13 @@ def _row_cache(cache: Cache, b: int, pad: int, ids: list[int]) -> PrefixCache:
 def _prefix_cache(model, ids: list[int]) -> PrefixCache:
     """Run `ids` through the model once (batch of one) and keep their keys and values."""
     device = model.device
-    out = model(input_ids=torch.tensor([ids], device=device), cache=new_cache(), use_cache=True, logits_to_keep=1)
+    out = model(input_ids=torch.tensor([ids], device=device), cache=new_cache(),
+                use_cache=True, logits_to_keep=1)
     return _row_cache(out.cache, 0, 0, list(ids))
 
 
-def _prefill(model, contexts: list[list[int]], caches: list[PrefixCache | None] | None, input_ids: torch.Tensor,
+def _prefill(model, contexts: list[list[int]],
+             caches: list[PrefixCache | None] | None, input_ids: torch.Tensor,
              attention_mask: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, Cache, int]:
     """Run the contexts through the model: (last logits per row [B, V], the batch's cache, tokens run).
 
@@ -218,12 +222,14 @@ def _prefill(model, contexts: list[list[int]], caches: list[PrefixCache | None] 
     source = [first.setdefault(tuple(c), i) for i, c in enumerate(contexts)]
     unique = sorted(first.values())
     position = {row: k for k, row in enumerate(unique)}
-    rows, expand = torch.tensor(unique, device=device), torch.tensor([position[i] for i in source], device=device)
+    rows, expand = torch.tensor(unique,
+                                device=device), torch.tensor([position[i] for i in source], device=device)
     cache, prefill = _batch_cache(contexts, caches, width) if caches is not None else None, 0
     if cache is None and len(unique) > 1:  # nothing cached: run the start all contexts share once
         shared = min(min(_shared_prefix(contexts[0], c) for c in contexts[1:]), min(map(len, contexts)) - 1)
         if shared > 0:
-            cache = _batch_cache(contexts, [_prefix_cache(model, contexts[0][:shared])] * len(contexts), width)
+            cache = _batch_cache(contexts,
+                                 [_prefix_cache(model, contexts[0][:shared])] * len(contexts), width)
             prefill += shared
     start = cache.get_seq_length() if cache is not None else 0
     if cache is not None:
@@ -241,7 +247,8 @@ def _prefill(model, contexts: list[list[int]], caches: list[PrefixCache | None] 
 @torch.no_grad()
 def generate_turn(model, tokenizer, contexts: list[list[int]], *, max_new_tokens: int, temperature: float,
                   seed: int | None = None, caches: list[PrefixCache | None] | None = None,
-                  stats: PrefillCounter | None = None) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+                  stats: PrefillCounter | None = None) -> tuple[list[list[int]],
+                                                                list[list[float]], list[bool]]:
     """One batched turn: for each context, the sampled action ids, their log-probs and a truncated flag.
 
     Same contract as `rollout.generate_turn` (same sampling rule `models.sample_next`, same end of turn);
@@ -286,8 +293,10 @@ def generate_turn(model, tokenizer, contexts: list[list[int]], *, max_new_tokens
                     stopped = truncated[row] = True
                 if not stopped:
                     keep.append(b)
-                elif caches is not None:  # the cache holds the context and every action token but this last one
-                    new_caches[row] = _row_cache(cache, b, width - len(contexts[row]), contexts[row] + ids[row][:-1])
+                elif caches is not None:
+                    # the cache holds the context and every action token but this last one
+                    new_caches[row] = _row_cache(cache, b, width - len(contexts[row]),
+                                                 contexts[row] + ids[row][:-1])
             if not keep:
                 break
             if len(keep) < len(alive):
@@ -298,7 +307,8 @@ def generate_turn(model, tokenizer, contexts: list[list[int]], *, max_new_tokens
                 alive = [alive[b] for b in keep]
             mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
             pos = pos + 1
-            out = model(input_ids=chosen[:, None], attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+            out = model(input_ids=chosen[:, None], attention_mask=mask, position_ids=pos,
+                        cache=cache, use_cache=True)
             cache = out.cache
             logits = out.logits[:, -1]
     if caches is not None:

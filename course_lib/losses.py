@@ -59,7 +59,8 @@ def sft_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Masked next-token cross-entropy for the supervised warm start.
 
-    L = −Σ_{t≥1} m_t · log π_θ(token_t | tokens_<t) / Σ_{t≥1} m_t   (a mean over every trained token of the batch)
+    L = −Σ_{t≥1} m_t · log π_θ(token_t | tokens_<t) / Σ_{t≥1} m_t   (a mean over every trained token
+    of the batch)
 
     Shapes: logits [B, T, V], token_ids [B, T], mask [B, T]. mask[b, t] = 1 means "train on predicting
     token t" (from the logits at t−1); position 0 is never a target. `mask=None` trains on every token,

@@ -52,7 +52,8 @@ def pick_device(device: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> tuple[torch.dtype, torch.dtype | None]:
+def pick_dtype(device: torch.device,
+               dtype: torch.dtype | str | None = None) -> tuple[torch.dtype, torch.dtype | None]:
     """(weight dtype, autocast dtype or None) for a device.
 
     * CUDA with bf16 (Ampere and newer): fp32 weights, bf16 autocast.

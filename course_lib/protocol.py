@@ -38,7 +38,8 @@ def completes_stop_string(text: str, piece: str) -> bool:
     `text` is searched. Token-by-token decoding is exact for these ASCII tags."""
     return any(stop in text[-(len(stop) + len(piece)):] for stop in STOP_STRINGS)
 
-_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "object": dict, "array": list}
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
+               "object": dict, "array": list}
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ class Tool:
 
     def signature(self) -> str:
         args = ", ".join(
-            f'"{k}": <{t}{", optional" if k in self.optional else ""}>' for k, (t, _) in self.parameters.items()
+            f'"{k}": <{t}{", optional" if k in self.optional else ""}>'
+            for k, (t, _) in self.parameters.items()
         )
         return f'{{"name": "{self.name}", "arguments": {{{args}}}}}'
 
@@ -124,7 +126,8 @@ def _check_arguments(tool: Tool, arguments: Any) -> str | None:
         return f"'arguments' must be a JSON object, got {type(arguments).__name__}"
     unknown = [k for k in arguments if k not in tool.parameters]
     if unknown:
-        return f"tool '{tool.name}' has no argument {quoted(unknown[0])}; its arguments are: {', '.join(tool.parameters) or 'none'}"
+        return (f"tool '{tool.name}' has no argument {quoted(unknown[0])}; its arguments are: "
+                f"{', '.join(tool.parameters) or 'none'}")
     for arg, (typ, _) in tool.parameters.items():
         if arg not in arguments:
             if arg in tool.optional:
@@ -132,9 +135,11 @@ def _check_arguments(tool: Tool, arguments: Any) -> str | None:
             return f"tool '{tool.name}' needs the argument '{arg}' ({typ})"
         value = arguments[arg]
         expected = _JSON_TYPES.get(typ)
-        if expected is not None and (not isinstance(value, expected) or (typ != "boolean" and isinstance(value, bool))):
+        if expected is not None and (not isinstance(value, expected)
+                                     or (typ != "boolean" and isinstance(value, bool))):
             return f"argument '{arg}' of tool '{tool.name}' must be of type {typ}, got {type(value).__name__}"
-        if isinstance(value, float) and not math.isfinite(value):  # json.loads reads NaN, Infinity, 1e400 (= inf)
+        if isinstance(value, float) and not math.isfinite(value):
+            # json.loads reads NaN, Infinity, 1e400 (= inf)
             return f"argument '{arg}' of tool '{tool.name}' must be a finite number, got {value}"
     return None
 
@@ -152,10 +157,11 @@ def parse_action(text: str, tools: list[Tool]) -> Action:
     n_answers = text.count(ANSWER_OPEN)
     if n_calls + n_answers == 0:
         if TOOL_CLOSE in text or ANSWER_CLOSE in text:
-            return _malformed(f"found a closing tag without its opening tag; write {TOOL_OPEN}...{TOOL_CLOSE}")
+            return _malformed(f"found a closing tag without its opening tag; write "
+                              f"{TOOL_OPEN}...{TOOL_CLOSE}")
         return _malformed(
-            f"no tool call and no answer found. Call a tool with {TOOL_OPEN}{{\"name\": ..., \"arguments\": {{...}}}}"
-            f"{TOOL_CLOSE} or answer with {ANSWER_OPEN}...{ANSWER_CLOSE}"
+            f"no tool call and no answer found. Call a tool with {TOOL_OPEN}{{\"name\": ..., "
+            f"\"arguments\": {{...}}}}{TOOL_CLOSE} or answer with {ANSWER_OPEN}...{ANSWER_CLOSE}"
         )
     if n_calls + n_answers > 1:
         return _malformed("write exactly one tool call or one answer per turn, then stop")
@@ -175,15 +181,18 @@ def parse_action(text: str, tools: list[Tool]) -> Action:
     if m is None:
         return _malformed(f"the tool call is not closed; end it with {TOOL_CLOSE}")
     if text[m.end():].strip():
-        return _malformed(f"nothing may follow a tool call; stop right after {TOOL_CLOSE} and wait for the result")
+        return _malformed(f"nothing may follow a tool call; stop right after {TOOL_CLOSE} "
+                          "and wait for the result")
     try:
         payload = json.loads(m.group(1))
-    except (ValueError, RecursionError) as exc:  # ValueError: a JSONDecodeError, or an integer over 4300 digits
+    except (ValueError, RecursionError) as exc:
+        # ValueError: a JSONDecodeError, or an integer over 4300 digits
         if isinstance(exc, json.JSONDecodeError):
             msg = exc.msg
         else:
             msg = "too deeply nested" if isinstance(exc, RecursionError) else "a number is too long"
-        return _malformed(f"the tool call is not valid JSON ({msg}); write {{\"name\": ..., \"arguments\": {{...}}}}")
+        return _malformed(f"the tool call is not valid JSON ({msg}); write {{\"name\": ..., "
+                          "\"arguments\": {...}}")
     if not isinstance(payload, dict):
         return _malformed("the tool call must be a JSON object with keys 'name' and 'arguments'")
     name = payload.get("name")
@@ -191,7 +200,8 @@ def parse_action(text: str, tools: list[Tool]) -> Action:
         return _malformed("the tool call needs a 'name' (a string)")
     extra = set(payload) - {"name", "arguments"}
     if extra:
-        return _malformed(f"unexpected key {quoted(sorted(extra)[0])} in the tool call; use only 'name' and 'arguments'")
+        return _malformed(f"unexpected key {quoted(sorted(extra)[0])} in the tool call; use only "
+                          "'name' and 'arguments'")
     if name not in by_name:
         return _malformed(f"tool {quoted(name)} does not exist; tools are: {', '.join(by_name) or 'none'}")
     arguments = payload.get("arguments", {})

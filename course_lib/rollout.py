@@ -110,10 +110,12 @@ def token_counter(tokenizer) -> Callable[[str], int]:
     return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _start_episodes(tokenizer, envs: list[Environment], tasks: list[dict[str, Any]], first_observations: list[str], *,
+def _start_episodes(tokenizer, envs: list[Environment], tasks: list[dict[str, Any]],
+                    first_observations: list[str], *,
                     max_turns: int, seed: int) -> tuple[list[_Episode], list[TrajectoryGroup]]:
-    """One episode per environment (tasks[i] has envs[i*G : (i+1)*G], G the group size), its context the system
-    prompt and the task's first observation; and one `TrajectoryGroup` per task, its members these episodes."""
+    """One episode per environment (tasks[i] has envs[i*G : (i+1)*G], G the group size), its context the
+    system prompt and the task's first observation; and one `TrajectoryGroup` per task, its members
+    these episodes."""
     group_size, eot = len(envs) // max(1, len(tasks)), end_of_turn_id(tokenizer)
     episodes, groups = [], []
     for i, task in enumerate(tasks):
@@ -121,7 +123,8 @@ def _start_episodes(tokenizer, envs: list[Environment], tasks: list[dict[str, An
         for j in range(group_size):
             env = envs[i * group_size + j]
             env.max_turns = max_turns
-            env.count_tokens = token_counter(tokenizer)  # its observations capped in tokens, not only characters
+            # its observations capped in tokens, not only characters
+            env.count_tokens = token_counter(tokenizer)
             messages = [{"role": "system", "content": env.system_prompt()},
                         {"role": "user", "content": first_observations[i * group_size + j]}]
             builder = TrajectoryBuilder(tokenizer, messages, task_id=str(task["id"]), group_id=group_id,
@@ -144,7 +147,8 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
             max_turns: int = 6, max_new_tokens: int = 96, temperature: float = 1.0, seed: int = 0, *,
             max_context: int = 2048, env_workers: int = 4, progress: bool = True,
             stats: RolloutStats | None = None, reuse_cache: bool = True) -> list[TrajectoryGroup]:
-    """Run `group_size` episodes of each task, batched (turns by `kv_cache.generate_turn`); one group per task.
+    """Run `group_size` episodes of each task, batched (turns by `kv_cache.generate_turn`); one group
+    per task.
 
     env_factory: an environment name or a callable that builds a fresh environment (one per episode:
     each rollout has its own state and sandbox). temperature <= 0 means greedy decoding.
@@ -159,13 +163,16 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
     pool = ThreadPoolExecutor(max_workers=env_workers)
     bar = tqdm(total=len(tasks) * group_size, desc="rollout episodes", disable=not progress, leave=False)
 
-    def end(e: _Episode, reward: float, last_observation: str, info: dict[str, Any], step_reward: float = 0.0) -> None:
+    def end(e: _Episode, reward: float, last_observation: str, info: dict[str, Any],
+            step_reward: float = 0.0) -> None:
         e.builder.finish(reward, last_observation=last_observation, done_info=info)
-        e.builder.traj.steps[-1].reward += step_reward  # an episode cut at a limit keeps its last step's own reward
+        # an episode cut at a limit keeps its last step's own reward
+        e.builder.traj.steps[-1].reward += step_reward
         e.done, e.cache = True, None
         bar.update(1)
 
-    def fits(e: _Episode, extra: int) -> bool:  # can a turn follow the context + `extra` tokens within max_context?
+    def fits(e: _Episode, extra: int) -> bool:
+        # can a turn follow the context + `extra` tokens within max_context?
         return len(e.builder.token_ids) + extra + max_new_tokens <= max_context
 
     try:
@@ -173,14 +180,16 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
         for _ in range(len(tasks) * group_size):  # one by one: `finally` closes those made before a failure
             envs.append(make())
         first_obs = list(pool.map(lambda et: et[0].reset(et[1]),
-                                  [(envs[i * group_size + j], task) for i, task in enumerate(tasks) for j in range(group_size)]))
+                                  [(envs[i * group_size + j], task) for i, task in enumerate(tasks)
+                                   for j in range(group_size)]))
         stats.env_seconds += time.perf_counter() - t0
         episodes, groups = _start_episodes(tokenizer, envs, tasks, first_obs, max_turns=max_turns, seed=seed)
         for e in episodes:
             if not fits(e, 0):
                 raise ValueError(
-                    f"the first prompt of task {e.builder.traj.task_id!r} is {len(e.builder.token_ids)} tokens: with "
-                    f"max_new_tokens={max_new_tokens} no turn fits in max_context={max_context}; raise max_context")
+                    f"the first prompt of task {e.builder.traj.task_id!r} is {len(e.builder.token_ids)} "
+                    f"tokens: with max_new_tokens={max_new_tokens} no turn fits in "
+                    f"max_context={max_context}; raise max_context")
 
         for turn in range(max_turns):
             live = [e for e in episodes if not e.done]
@@ -239,7 +248,8 @@ def expert_rollout(tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
             env.count_tokens = token_counter(tokenizer)
             obs = env.reset(task)
             messages = [{"role": "system", "content": env.system_prompt()}, {"role": "user", "content": obs}]
-            b = TrajectoryBuilder(tokenizer, messages, task_id=str(task["id"]), group_id=f"{task['id']}@expert",
+            b = TrajectoryBuilder(tokenizer, messages, task_id=str(task["id"]),
+                                  group_id=f"{task['id']}@expert",
                                   traj_id=f"{task['id']}@expert#0", end_of_turn_id=eot)
             _note_reference(b.traj, task)
             while True:

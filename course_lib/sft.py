@@ -113,7 +113,8 @@ def warm_start(env: str = "search_qa", *, model: str = "smollm2-135m", n_demos: 
             order += rng.sample(range(len(demos)), len(demos))
         picked, order = order[:batch_size], order[batch_size:]
         t0 = time.perf_counter()
-        stats = sft_step(model_obj, optimizer, [demos[i] for i in picked], mask=mask, autocast_dtype=autocast_dtype)
+        stats = sft_step(model_obj, optimizer, [demos[i] for i in picked], mask=mask,
+                         autocast_dtype=autocast_dtype)
         rows.append({"step": step, **stats, "seconds": time.perf_counter() - t0})
     save_model(model_obj, tokenizer, run_dir)
     with (run_dir / "sft_metrics.jsonl").open("w") as f:

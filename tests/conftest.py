@@ -55,13 +55,15 @@ def make_trajectory(turns: Sequence[Hashable] | Sequence[tuple[Hashable, str]], 
     """
     pairs = [t if isinstance(t, tuple) else (t, "answer" if k == len(turns) - 1 else "tool_call")
              for k, t in enumerate(turns)]
-    traj = Trajectory(task_id=task_id, group_id=group_id, traj_id=traj_id, messages=[], prompt_ids=list(prompt_ids),
-                      token_ids=list(prompt_ids), loss_mask=[0] * len(prompt_ids), logprobs=[0.0] * len(prompt_ids),
-                      turn_index=[-1] * len(prompt_ids), reward=reward)
+    traj = Trajectory(task_id=task_id, group_id=group_id, traj_id=traj_id, messages=[],
+                      prompt_ids=list(prompt_ids),
+                      token_ids=list(prompt_ids), loss_mask=[0] * len(prompt_ids),
+                      logprobs=[0.0] * len(prompt_ids), turn_index=[-1] * len(prompt_ids), reward=reward)
     for k, (anchor, kind) in enumerate(pairs):
         last = k == len(pairs) - 1
         traj.steps.append(Step(action_ids=list(action_ids), action_text=f"action {k}",
-                               logprobs=[logprob] * len(action_ids), anchor=anchor, info={"action_kind": kind},
+                               logprobs=[logprob] * len(action_ids), anchor=anchor,
+                               info={"action_kind": kind},
                                observation_text="Error: bad" if kind == "malformed" else "ok",
                                reward=reward if last else 0.0, done=last))
         traj.token_ids += action_ids

@@ -21,15 +21,14 @@ import pytest
 
 from course_lib.envs import cgroups, load_tasks, make_env, workdirs
 from course_lib.envs.base import OBSERVATION_LIMIT, Environment
+from course_lib.envs.bwrap import bwrap_available, seccomp_enabled
 from course_lib.envs.code_fix import HIDDEN_TESTS, HiddenCall, check_hidden_calls, hidden_calls
 from course_lib.envs.sandbox import (
     Limits,
-    bwrap_available,
     disk_usage,
     make_workdir,
     remove_workdir,
     run_sandboxed,
-    seccomp_enabled,
     walk_tree,
 )
 from course_lib.protocol import format_answer, format_tool_call
@@ -66,8 +65,8 @@ _ADD_KEY, _KEYCTL, _USER_KEYRING, _SETPERM, _READ, _ALL = 248, 250, -4, 5, 11, 0
 
 
 def _put_key(name, data):
-    key = _libc.syscall(_ADD_KEY, b"user", name.encode(), data, _ct.c_size_t(len(data)), _ct.c_long(_USER_KEYRING))
-    if key > 0:  # readable by every user: the next run has another uid
+    key = _libc.syscall(_ADD_KEY, b"user", name.encode(), data, _ct.c_size_t(len(data)),
+    _ct.c_long(_USER_KEYRING)) if key > 0:  # readable by every user: the next run has another uid
         _libc.syscall(_KEYCTL, _SETPERM, _ct.c_long(key), _ct.c_ulong(_ALL))
     return key, _ct.get_errno()
 
@@ -144,7 +143,8 @@ def test_answers_passed_through_the_kernel_keyring_do_not_pass_grading(code_fix_
         attack = _KEYRING_ANSWERS.replace("KEYNAME", f"course-attack-{secrets.token_hex(6)}")
         env = make_env("code_fix")
         try:
-            result = play(env, task, [call("replace_in_file", path=module, old=last_line, new=last_line + attack)])
+            result = play(env, task,
+                          [call("replace_in_file", path=module, old=last_line, new=last_line + attack)])
             assert result.info["hacked"] is False
             assert task["fix"]["old"] in (env.workdir / module).read_text()  # the bug is still there
             assert result.info["hidden_calls_ok"] is False and result.reward == 0.0, result.info
@@ -176,15 +176,17 @@ def test_user_namespaces_and_mounts_cannot_be_made_inside_the_sandbox():
     env = make_env("terminal")
     try:
         env.reset(load_tasks("terminal", "test", limit=1)[0])
-        checks = ("unshare --user true; echo user=$?; unshare --user --map-root-user --mount true; echo root=$?; "
-                  "python -c 'import ctypes; print(\"clone\", ctypes.CDLL(None).unshare(0x10000000))'; "
+        checks = ("unshare --user true; echo user=$?; unshare --user --map-root-user --mount "
+                  "true; echo root=$?; python -c 'import ctypes; print(\"clone\", "
+                  "ctypes.CDLL(None).unshare(0x10000000))'; "
                   "mkdir -p m && mount -t tmpfs none m; echo mount=$?")
         out = env.step(call("run", command=checks)).observation
         assert "user=1" in out and "root=1" in out and "clone -1" in out and "mount=0" not in out, out
         # What an agent needs still works: threads, subprocesses, python, pytest.
         ok = env.step(call("run", command="python -c 'import threading, subprocess; t = threading.Thread("
                                           "target=print, args=(\"thread\",)); t.start(); t.join(); "
-                                          "subprocess.run([\"echo\", \"child\"])' && python -m pytest --version"))
+                                          "subprocess.run([\"echo\", \"child\"])' && "
+                                          "python -m pytest --version"))
         assert "thread" in ok.observation and "child" in ok.observation and "pytest" in ok.observation
     finally:
         env.close()
@@ -222,7 +224,8 @@ def test_a_directory_chain_1500_deep_gives_reward_zero_not_an_exception(code_fix
 
 
 def test_a_walk_cut_short_says_so(tmp_path):
-    """A walk stops after `max_entries` (no memory for a million names), with an entry that counts as a change."""
+    """A walk stops after `max_entries` (no memory for a million names), with an entry that
+    counts as a change."""
     for i in range(30):
         (tmp_path / f"f{i:02d}").write_text("")
     walked = list(walk_tree(tmp_path, max_entries=5))
@@ -255,7 +258,8 @@ def test_a_function_returning_2_to_the_1100_scores_zero(code_fix_tasks):
     last_line = source.rstrip("\n").splitlines()[-1]
     env = make_env("code_fix")
     try:
-        result = play(env, task, [call("replace_in_file", path=module, old=last_line, new=last_line + overrides)])
+        result = play(env, task,
+                      [call("replace_in_file", path=module, old=last_line, new=last_line + overrides)])
         assert result.done and result.reward == 0.0 and result.info["hidden_calls_ok"] is False
     finally:
         env.close()
@@ -296,7 +300,8 @@ def test_one_command_cannot_fill_the_disk():
     env = make_env("terminal", limits=Limits(disk_mb=32, wall_seconds=20.0))
     try:
         env.reset(load_tasks("terminal", "test", limit=1)[0])
-        out = env.step(call("run", command="for i in $(seq 64); do head -c 8M /dev/zero > big$i || break; done; "
+        out = env.step(call("run",
+                            command="for i in $(seq 64); do head -c 8M /dev/zero > big$i || break; done; "
                                            "du -sm . | cut -f1")).observation
         used = sum(f.stat().st_size for f in env.workdir.rglob("big*"))
         assert used <= 32 * 2**20, out
@@ -307,7 +312,8 @@ def test_one_command_cannot_fill_the_disk():
 def test_a_directory_without_its_own_tmpfs_is_measured_and_the_command_stopped():
     workdir = make_workdir("test-disk-")  # a plain directory: no kernel-enforced size
     try:
-        result = run_sandboxed(["bash", "-c", "for i in $(seq 200); do head -c 1M /dev/zero > f$i; sleep 0.01; done"],
+        result = run_sandboxed(["bash", "-c",
+                                "for i in $(seq 200); do head -c 1M /dev/zero > f$i; sleep 0.01; done"],
                                workdir, limits=Limits(disk_mb=8, wall_seconds=20.0))
         assert result.disk_full and "disk limit of 8 MB" in result.text()
         assert disk_usage(workdir) < 100 * 2**20
@@ -447,7 +453,8 @@ def test_answers_passed_through_the_page_cache_do_not_pass_grading(code_fix_task
         attack = _PAGE_CACHE_ANSWERS.replace("CARRIER_PATH", repr(carrier)).replace("CARRIER_BASE", str(base))
         env = make_env("code_fix")
         try:
-            result = play(env, task, [call("replace_in_file", path=module, old=last_line, new=last_line + attack)])
+            result = play(env, task,
+                          [call("replace_in_file", path=module, old=last_line, new=last_line + attack)])
             assert result.info["hacked"] is False
             assert task["fix"]["old"] in (env.workdir / module).read_text()  # the bug is still there
             assert result.info["hidden_calls_ok"] is False and result.reward == 0.0, result.info
@@ -536,9 +543,10 @@ except OSError as exc:
 @pytest.mark.parametrize("grouped", [True, False], ids=["cgroup", "no-cgroup"])
 @pytest.mark.parametrize("kind", ["processes", "memfds", "sockets", "xattrs"])
 def test_one_command_cannot_hold_more_memory_than_stated(kind, grouped, tmp_path, monkeypatch):
-    """1.6 and 1.8 GiB were held against a stated 640 MiB, in memfds, socket buffers and xattrs; many processes
-    of `memory_mb` each passed `memory_mb` too. Now one command holds at most `memory_budget_mb`: `memory_mb`
-    with a control group; without one (forced here), memfds and xattrs are refused and sockets cut short."""
+    """1.6 and 1.8 GiB were held against a stated 640 MiB, in memfds, socket buffers and xattrs; many
+    processes of `memory_mb` each passed `memory_mb` too. Now one command holds at most `memory_budget_mb`:
+    `memory_mb` with a control group; without one (forced here), memfds and xattrs are refused and sockets cut
+    short."""
     if grouped and not cgroups.available():
         pytest.skip("this machine gives no control group to a command")
     if not grouped:
@@ -560,23 +568,25 @@ def test_one_command_cannot_hold_more_memory_than_stated(kind, grouped, tmp_path
 
 
 def test_the_measured_disk_budget_sees_past_path_max():
-    """Where the episode directory is not its own tmpfs (forced here: a plain directory), 20 nested directories
-    with 250-character names and 16 x 16 MB at the bottom held 256 MB with disk_mb=64: the walk went by full
-    path, and a directory past PATH_MAX counted as 4 kB. `find` walks by file descriptor now."""
+    """Where the episode directory is not its own tmpfs (forced here: a plain directory), 20 nested
+    directories with 250-character names and 16 x 16 MB at the bottom held 256 MB with disk_mb=64: the walk
+    went by full path, and a directory past PATH_MAX counted as 4 kB. `find` walks by file descriptor now."""
     workdir = make_workdir("test-deep-disk-")
     name = "d" * 250
     deep = "; ".join([f"mkdir {name} && cd {name}"] * 20)
     command = f"{deep}; for i in $(seq 16); do head -c 16M /dev/zero > f$i; sleep 0.2; done; echo wrote all"
     try:
         result = run_sandboxed(["bash", "-c", command], workdir, limits=Limits(disk_mb=64, wall_seconds=30.0))
-        held = int(subprocess.run(["du", "-s", "-B1", str(workdir)], capture_output=True, text=True).stdout.split()[0])
+        held = int(subprocess.run(["du", "-s", "-B1", str(workdir)], capture_output=True,
+                                  text=True).stdout.split()[0])
         assert result.disk_full and "wrote all" not in result.output, result.text()
         assert held <= 64 * 2**20 + 2 * 16 * 2**20  # the budget, and what half a second's writes add
     finally:
         remove_workdir(workdir)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become another user")
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root to become another user")
 def test_a_directory_the_measure_cannot_read_counts_as_over_budget():
     """Not root (where the fallback measure runs), a directory the agent locked (chmod 000) counted as 4 kB,
     whatever it held; now it counts as over any budget. Run as another user, on a copy of workdirs.py."""
@@ -616,7 +626,8 @@ def test_the_record_of_changed_files_is_capped(code_fix_tasks):
               "for _i in range(300):\n    open(f'{_d}/{_i:04d}' + 'y' * 200, 'w').close()\n")
     env = make_env("code_fix")
     try:
-        result = play(env, task, [call("replace_in_file", path=module, old=first_line, new=first_line + litter),
+        result = play(env, task,
+                      [call("replace_in_file", path=module, old=first_line, new=first_line + litter),
                                   call("run_tests")])
         changed = result.info["changed_files"]
         assert result.info["hacked"] is True and result.reward == 0.0
@@ -628,7 +639,8 @@ def test_the_record_of_changed_files_is_capped(code_fix_tasks):
 
 def test_observations_are_capped_in_tokens_where_the_rollout_counts_them(code_fix_tasks, tokenizer):
     """16,037 characters of 4-byte UTF-8 (read_file's cap is in characters) came to 56k tokens, against 5k
-    for 20,000 ASCII characters. With the rollout's token counter, no observation passes OBSERVATION_TOKENS."""
+    for 20,000 ASCII characters. With the rollout's token counter, no observation passes
+    OBSERVATION_TOKENS."""
     from course_lib.envs.base import OBSERVATION_TOKENS
     from course_lib.rollout import token_counter
 
@@ -636,7 +648,8 @@ def test_observations_are_capped_in_tokens_where_the_rollout_counts_them(code_fi
     env.count_tokens = token_counter(tokenizer)
     try:
         env.reset(code_fix_tasks[0])
-        (env.workdir / "README.md").write_text("\U0001F600\U0001F9EA\U0001F4A5" * 6000)  # what its code could write
+        # what its code could write
+        (env.workdir / "README.md").write_text("\U0001F600\U0001F9EA\U0001F4A5" * 6000)
         observation = env.step(call("read_file", path="README.md")).observation
         assert env.count_tokens(observation) <= OBSERVATION_TOKENS + 30, env.count_tokens(observation)
         assert "tokens in all]" in observation

@@ -41,8 +41,9 @@ NOTEBOOK_CELLS = [
 
 KERNEL_IDLE = """() => {
     const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    const kernel = panel && panel.sessionContext && panel.sessionContext.session && panel.sessionContext.session.kernel;
-    return kernel && kernel.status === "idle" && kernel.connectionStatus === "connected";
+    const kernel = panel && panel.sessionContext && panel.sessionContext.session &&
+    panel.sessionContext.session.kernel; return kernel && kernel.status === "idle" && kernel.connectionStatus
+    === "connected";
 }"""
 
 
@@ -113,7 +114,8 @@ def test_trajectory_viewer_renders_and_follows_its_slider(lab):
     from playwright.sync_api import sync_playwright
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    shots = [SCREENSHOTS / "viewer_turn0.png", SCREENSHOTS / "viewer_turn1.png", SCREENSHOTS / "viewer_mask.png"]
+    shots = [SCREENSHOTS / "viewer_turn0.png", SCREENSHOTS / "viewer_turn1.png",
+             SCREENSHOTS / "viewer_mask.png"]
     failure = SCREENSHOTS / "viewer_failure.png"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
@@ -138,14 +140,17 @@ def test_trajectory_viewer_renders_and_follows_its_slider(lab):
             shown.get_by_text("Turn 1 of 1").wait_for(timeout=10_000)
             page.screenshot(path=str(shots[1]))
             text = shown.inner_text()
-            assert "<answer>" in text and "Turn 0 of 1" not in text, f"the slider did not change the turn; see {shots[1]}"
+            assert "<answer>" in text and "Turn 0 of 1" not in text, (
+                f"the slider did not change the turn; see {shots[1]}")
 
             mask_view = page.locator(".jp-OutputArea .mask-view").first
             mask_view.wait_for(timeout=10_000)
             mask_view.screenshot(path=str(shots[2]))
-            assert mask_view.locator(".tok-model").count() > 0, f"the mask view shows no model tokens; see {shots[2]}"
+            assert mask_view.locator(".tok-model").count() > 0, (
+                f"the mask view shows no model tokens; see {shots[2]}")
         except PlaywrightError as exc:
             page.screenshot(path=str(failure))
-            raise AssertionError(f"the viewer did not render or respond in JupyterLab: {exc}; see {failure}") from exc
+            raise AssertionError(f"the viewer did not render or respond in JupyterLab: {exc}; "
+                                 f"see {failure}") from exc
         finally:
             browser.close()

@@ -78,7 +78,8 @@ def test_every_bug_fails_visible_and_hidden_tests_and_every_fix_passes_them(trai
 def test_regenerating_gives_identical_bytes(tmp_path):
     generate(tmp_path, seed=0)
     for split in ("train", "test"):
-        assert (tmp_path / f"{split}.jsonl").read_bytes() == (data_dir() / "code_fix" / f"{split}.jsonl").read_bytes()
+        assert ((tmp_path / f"{split}.jsonl").read_bytes()
+                == (data_dir() / "code_fix" / f"{split}.jsonl").read_bytes())
 
 
 def test_pytest_counts_reads_the_summary_line():
@@ -98,7 +99,8 @@ def test_expert_solves_the_test_tasks(test, env_name):
     with ThreadPoolExecutor(2) as pool:  # each episode waits on sandboxed pytest runs
         results = list(pool.map(lambda t: run_expert(env_name, t), tasks))
     rate = sum(r for r, _ in results) / len(tasks)
-    print(f"{env_name}: expert solves {rate:.1%} of {len(tasks)} test tasks in {time.perf_counter() - start:.1f}s")
+    print(f"{env_name}: expert solves {rate:.1%} of {len(tasks)} test tasks in "
+          f"{time.perf_counter() - start:.1f}s")
     failed = [t["id"] for t, (r, _) in zip(tasks, results) if r != 1.0]
     assert not failed, f"the expert failed {failed}"
     assert not any(info["hacked"] for _, info in results)
@@ -156,7 +158,8 @@ def test_replace_in_file_errors_are_clear(env, test):
         call("replace_in_file", path=module, old="    ", new="\t"): "occurs",
         call("replace_in_file", path=module, old="", new="x"): "empty",
         call("replace_in_file", path="missing.py", old="a", new="b"): "no file 'missing.py'",
-        call("replace_in_file", path=VISIBLE_TESTS, old="assert", new="assert True or"): "tests are read-only",
+        call("replace_in_file", path=VISIBLE_TESTS, old="assert",
+             new="assert True or"): "tests are read-only",
         call("replace_in_file", path="README.md", old="Small", new="Tiny"): "cannot be edited",
     }
     for action, message in cases.items():
@@ -262,7 +265,8 @@ def test_code_that_plants_a_conftest_is_caught_by_the_diff_check(test, env_name)
     env = make_env(env_name)
     try:
         env.reset(task)
-        env.step(call("replace_in_file", path=module, old=last_line + "\n", new=last_line + "\n" + _PLANT_CONFTEST))
+        env.step(call("replace_in_file", path=module, old=last_line + "\n",
+                      new=last_line + "\n" + _PLANT_CONFTEST))
         env.step(call("run_tests"))  # imports the module, which writes the conftest
         assert (env.workdir / "tests" / "conftest.py").exists()
         result = env.step(format_answer("done"))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from course_lib.envs import data_dir, load_tasks, make_env
+from course_lib.envs.bwrap import bwrap_available
 from course_lib.envs.data_analysis import CSV_DIR, answers_match, parse_number
-from course_lib.envs.sandbox import bwrap_available
 from course_lib.protocol import format_answer, format_tool_call
 from course_lib.tasks.data_analysis import INSTANCES, TEMPLATES, _run_solution, generate
 
@@ -93,7 +93,8 @@ def test_regenerating_gives_identical_bytes(tmp_path):
 
 NUMBER_TASK = {"answer": 1234.57, "answer_type": "number", "tolerance": {"abs": 0.01, "rel": 1e-3}}
 SMALL_TASK = {"answer": 0.42, "answer_type": "number", "tolerance": {"abs": 0.01, "rel": 1e-3}}
-ROUNDED_TASK = {"question": "What is the total revenue of the rows where region is \"West\"? Round to 2 decimals.",
+ROUNDED_TASK = {"question": "What is the total revenue of the rows where region is \"West\"? "
+                "Round to 2 decimals.",
                 "answer": 44347.93, "answer_type": "number", "tolerance": {"abs": 0.01, "rel": 1e-3}}
 NEGATIVE_TASK = {"question": "What is the Pearson correlation between a and b? Round to 2 decimals.",
                  "answer": -0.06, "answer_type": "number", "tolerance": {"abs": 0.01, "rel": 1e-3}}
@@ -189,7 +190,8 @@ def test_the_working_directory_holds_the_tasks_csv_files(env, test):
 
 def test_errors_come_back_as_observations_and_the_episode_goes_on(env):
     result = env.step(run_python("import pandas as pd\nprint(pd.read_csv('nope.csv'))"))
-    assert not result.done and "FileNotFoundError" in result.observation and "[exit code 1]" in result.observation
+    assert (not result.done and "FileNotFoundError" in result.observation
+            and "[exit code 1]" in result.observation)
     result = env.step('<tool_call>{"name": "run_python", "arguments": {"source": "1"}}</tool_call>')
     assert not result.done and result.observation.startswith("Error:") and "'source'" in result.observation
     result = env.step(run_python("   "))
@@ -207,7 +209,8 @@ def test_variables_do_not_persist_between_calls(env):
 
 @pytest.mark.skipif(not bwrap_available(), reason="only bubblewrap hides the host's files")
 def test_host_files_are_out_of_reach(env):
-    observation = env.step(run_python(f"print(open({str(Path(__file__).resolve())!r}).read()[:20])")).observation
+    here = str(Path(__file__).resolve())
+    observation = env.step(run_python(f"print(open({here!r}).read()[:20])")).observation
     assert "No such file" in observation or "Permission" in observation
 
 
@@ -218,6 +221,7 @@ def test_expert_solves_the_test_tasks(test):
     with ThreadPoolExecutor(2) as pool:
         rewards = list(pool.map(run_expert, test))
     rate = sum(rewards) / len(test)
-    print(f"data_analysis: expert solves {rate:.1%} of {len(test)} test tasks in {time.perf_counter() - start:.1f}s")
+    print(f"data_analysis: expert solves {rate:.1%} of {len(test)} test tasks in "
+          f"{time.perf_counter() - start:.1f}s")
     failed = [t["id"] for t, r in zip(test, rewards) if r != 1.0]
     assert not failed, f"the expert failed {failed}"

@@ -1,7 +1,7 @@
 """The decode step's attention on grouped K/V heads (course_lib.decode_attention) equals transformers' SDPA.
 
-The engine's greedy tokens are pinned to the plain `rollout.generate_turn` in test_kv_cache; here the attention
-itself, on random tensors and on the real model's decode step with left padding.
+The engine's greedy tokens are pinned to the plain `rollout.generate_turn` in test_kv_cache; here the
+attention itself, on random tensors and on the real model's decode step with left padding.
 """
 
 import pytest
@@ -24,7 +24,8 @@ def test_grouped_decode_attention_equals_sdpa_with_repeated_heads(mask_kind):
     mask = {"bool": attend, "none": None,
             "float": torch.zeros(attend.shape).masked_fill(~attend, float("-inf"))}[mask_kind]
     expected = torch.nn.functional.scaled_dot_product_attention(
-        q, k.repeat_interleave(heads // kv_heads, 1), v.repeat_interleave(heads // kv_heads, 1), attn_mask=mask)
+        q, k.repeat_interleave(heads // kv_heads, 1),
+        v.repeat_interleave(heads // kv_heads, 1), attn_mask=mask)
     got = decode_attention.grouped_decode_attention(q, k, v, mask, dim ** -0.5)
     assert got.shape == (batch, 1, heads, dim)
     assert torch.allclose(got, expected.transpose(1, 2), atol=1e-6)

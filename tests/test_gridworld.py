@@ -121,7 +121,8 @@ def test_a_long_direction_is_not_echoed_whole():
     env = make_env("gridworld")
     start = env.reset(SMALL)
     result = env.step(move("north" * 40_000))  # 200,000 characters
-    assert result.observation.startswith("Error:") and "…" in result.observation and len(result.observation) < 250
+    assert (result.observation.startswith("Error:") and "…" in result.observation
+            and len(result.observation) < 250)
     assert env.state_key() == start
 
 

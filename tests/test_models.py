@@ -36,8 +36,10 @@ def test_dtype_choice_per_device():
     assert pick_dtype(cpu, torch.bfloat16) == (torch.bfloat16, None)
 
 
-@pytest.mark.parametrize("gpu, capability, autocast", [("A100", (8, 0), torch.bfloat16), ("T4", (7, 5), torch.float16)])
-def test_cuda_keeps_fp32_weights_so_that_training_updates_are_not_rounded_away(monkeypatch, gpu, capability, autocast):
+@pytest.mark.parametrize("gpu, capability, autocast",
+                         [("A100", (8, 0), torch.bfloat16), ("T4", (7, 5), torch.float16)])
+def test_cuda_keeps_fp32_weights_so_that_training_updates_are_not_rounded_away(monkeypatch, gpu, capability,
+                                                                               autocast):
     # Fake the hardware, not is_bf16_supported: torch's own answer is what is tested. A T4 can create bf16
     # tensors (emulation), which the default is_bf16_supported() counts as support.
     monkeypatch.setattr(torch.version, "hip", None)
@@ -77,8 +79,8 @@ def test_course_threads_reads_the_environment(monkeypatch):
 
 
 def test_course_setup_warns_when_the_runs_disk_is_short(tmp_path, monkeypatch, capsys):
-    """The threshold is set above any real disk, so the real free space (of the nearest existing folder above a
-    runs folder not made yet) triggers the warning; with a threshold of 0 nothing is printed."""
+    """The threshold is set above any real disk, so the real free space (of the nearest existing folder above
+    a runs folder not made yet) triggers the warning; with a threshold of 0 nothing is printed."""
     from course_lib.course.setup import course_setup
 
     monkeypatch.setenv("COURSE_RUNS", str(tmp_path / "not" / "made" / "yet"))

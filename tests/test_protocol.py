@@ -16,13 +16,15 @@ from course_lib.protocol import (
 
 TOOLS = [
     Tool("search", "Search the corpus.", {"query": ("string", "what to look for")}),
-    Tool("move", "Move one cell.", {"direction": ("string", "up/down/left/right"), "steps": ("integer", "how far")},
+    Tool("move", "Move one cell.",
+         {"direction": ("string", "up/down/left/right"), "steps": ("integer", "how far")},
          optional=("steps",)),
 ]
 
 
 def test_tool_call_parses():
-    a = parse_action('I will search. <tool_call>{"name": "search", "arguments": {"query": "Orrin Guild"}}</tool_call>', TOOLS)
+    a = parse_action('I will search. <tool_call>{"name": "search", "arguments": {"query": "Orrin '
+                     'Guild"}}</tool_call>', TOOLS)
     assert (a.kind, a.name, a.arguments) == ("tool_call", "search", {"query": "Orrin Guild"})
 
 
@@ -48,15 +50,25 @@ def test_system_prompt_lists_every_tool_and_the_syntax():
 MALFORMED = {
     "plain text, no call": ("The answer is probably Paris.", "no tool call and no answer"),
     "bad json": ('<tool_call>{"name": "search", "arguments": {query: x}}</tool_call>', "not valid JSON"),
-    "truncated json": ('<tool_call>{"name": "search", "arguments": {"query": "a"</tool_call>', "not valid JSON"),
-    "unknown tool": ('<tool_call>{"name": "serch", "arguments": {"query": "a"}}</tool_call>', "tools are: search, move"),
-    "missing argument": ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "needs the argument 'query'"),
-    "unknown argument": ('<tool_call>{"name": "search", "arguments": {"query": "a", "k": 3}}</tool_call>', "no argument 'k'"),
-    "wrong argument type": ('<tool_call>{"name": "search", "arguments": {"query": 5}}</tool_call>', "must be of type string"),
-    "bool is not an integer": ('<tool_call>{"name": "move", "arguments": {"direction": "up", "steps": true}}</tool_call>', "must be of type integer"),
-    "two calls at once": (format_tool_call("search", {"query": "a"}) + format_tool_call("search", {"query": "b"}), "exactly one"),
-    "call and answer at once": (format_tool_call("search", {"query": "a"}) + format_answer("x"), "exactly one"),
-    "text after the call": (format_tool_call("search", {"query": "a"}) + "\nResult: found it", "nothing may follow"),
+    "truncated json": ('<tool_call>{"name": "search", "arguments": {"query": "a"</tool_call>',
+                       "not valid JSON"),
+    "unknown tool": ('<tool_call>{"name": "serch", "arguments": {"query": "a"}}</tool_call>',
+                     "tools are: search, move"),
+    "missing argument": ('<tool_call>{"name": "search", "arguments": {}}</tool_call>',
+                         "needs the argument 'query'"),
+    "unknown argument": ('<tool_call>{"name": "search", "arguments": {"query": "a", "k": 3}}</tool_call>',
+                         "no argument 'k'"),
+    "wrong argument type": ('<tool_call>{"name": "search", "arguments": {"query": 5}}</tool_call>',
+                            "must be of type string"),
+    "bool is not an integer": ('<tool_call>{"name": "move", "arguments": {"direction": "up", '
+                               '"steps": true}}</tool_call>', "must be of type integer"),
+    "two calls at once": (format_tool_call("search",
+                                           {"query": "a"}) + format_tool_call("search", {"query": "b"}),
+                          "exactly one"),
+    "call and answer at once": (format_tool_call("search", {"query": "a"}) + format_answer("x"),
+                                "exactly one"),
+    "text after the call": (format_tool_call("search", {"query": "a"}) + "\nResult: found it",
+                            "nothing may follow"),
     "text after the answer": (format_answer("x") + " because", "nothing may follow"),
     "unclosed call": ('<tool_call>{"name": "search", "arguments": {"query": "a"}}', "not closed"),
     "unclosed answer": ("<answer>Paris", "not closed"),
@@ -64,13 +76,15 @@ MALFORMED = {
     "closing tag only": ('{"name": "search"}</tool_call>', "closing tag without"),
     "json array instead of object": ('<tool_call>["search", "a"]</tool_call>', "JSON object"),
     "name is not a string": ('<tool_call>{"name": 3, "arguments": {}}</tool_call>', "'name'"),
-    "arguments not an object": ('<tool_call>{"name": "search", "arguments": "a"}</tool_call>', "must be a JSON object"),
-    "extra top-level key": ('<tool_call>{"name": "search", "arguments": {"query": "a"}, "id": 1}</tool_call>', "unexpected key"),
+    "arguments not an object": ('<tool_call>{"name": "search", "arguments": "a"}</tool_call>',
+                                "must be a JSON object"),
+    "extra top-level key": ('<tool_call>{"name": "search", "arguments": {"query": "a"}, "id": 1}</tool_call>',
+                            "unexpected key"),
     "empty call": ("<tool_call></tool_call>", "not valid JSON"),
     "deeply nested json": ("<tool_call>" + "[" * 100000 + "]" * 100000 + "</tool_call>", ""),
     # json.loads raises a plain ValueError (not a JSONDecodeError) past Python's 4300-digit int limit.
-    "integer too long": ('<tool_call>{"name": "search", "arguments": {"query": ' + "9" * 5000 + "}}</tool_call>",
-                         "a number is too long"),
+    "integer too long": ('<tool_call>{"name": "search", "arguments": {"query": '
+                         + "9" * 5000 + "}}</tool_call>", "a number is too long"),
 }
 
 
@@ -95,8 +109,10 @@ def test_random_text_never_raises(text):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "<answer>", "</answer>", "{", "}", '"name"', ":",
-                                 '"search"', '"arguments"', '"query"', ",", "[", "]", "x", " ", "\n", "null", "1"]),
+@given(st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "<answer>",
+                                 "</answer>", "{", "}", '"name"', ":",
+                                 '"search"', '"arguments"', '"query"', ",", "[", "]", "x",
+                                 " ", "\n", "null", "1"]),
                 max_size=40))
 def test_random_tag_soup_never_raises(parts):
     action = parse_action("".join(parts), TOOLS)
@@ -108,8 +124,8 @@ NUMBER_TOOL = Tool("scale", "Scale by a factor.", {"factor": ("number", "the fac
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_non_finite_numbers_are_rejected(literal):
-    action = parse_action('<tool_call>{"name": "scale", "arguments": {"factor": ' + literal + "}}</tool_call>",
-                          [NUMBER_TOOL])
+    action = parse_action('<tool_call>{"name": "scale", "arguments": {"factor": ' + literal
+                          + "}}</tool_call>", [NUMBER_TOOL])
     assert action.kind == "malformed" and "must be a finite number" in action.error, action.error
     assert parse_action(format_tool_call("scale", {"factor": 1e300}), [NUMBER_TOOL]).ok
 
@@ -117,7 +133,8 @@ def test_non_finite_numbers_are_rejected(literal):
 @pytest.mark.parametrize("text", [
     format_tool_call("x" * 200_000, {"query": "a"}),  # unknown tool
     format_tool_call("search", {"query": "a", "k" * 200_000: 1}),  # unknown argument
-    '<tool_call>{"name": "search", "arguments": {"query": "a"}, "' + "k" * 200_000 + '": 1}</tool_call>',  # extra key
+    # extra key
+    '<tool_call>{"name": "search", "arguments": {"query": "a"}, "' + "k" * 200_000 + '": 1}</tool_call>',
 ])
 def test_errors_echo_at_most_a_short_excerpt(text):
     action = parse_action(text, TOOLS)

@@ -88,7 +88,8 @@ def test_d_batched_greedy_equals_one_episode_at_a_time(policy):
     kwargs = dict(group_size=1, max_turns=2, max_new_tokens=32, temperature=0.0, seed=0, progress=False)
     batched = _trajs(rollout(model, tok, "lookup", TASKS, **kwargs))
     single = [t for task in TASKS for t in _trajs(rollout(model, tok, "lookup", [task], **kwargs))]
-    assert [[s.action_ids for s in t.steps] for t in batched] == [[s.action_ids for s in t.steps] for t in single]
+    assert [[s.action_ids for s in t.steps]
+            for t in batched] == [[s.action_ids for s in t.steps] for t in single]
 
 
 def test_e_same_seed_same_trajectories(policy):
@@ -124,7 +125,8 @@ def test_expert_demonstrations_solve_and_mask_only_actions(tokenizer):
 
 
 class _Echo(Environment):
-    """Every action but an answer gets `observation` back (even a malformed one), with a step reward of 0.25."""
+    """Every action but an answer gets `observation` back (even a malformed one), with a
+    step reward of 0.25."""
 
     name = "echo"
     instructions = "Call the tool, then answer."
@@ -151,12 +153,14 @@ class _Echo(Environment):
 def test_no_turn_is_generated_from_a_context_over_max_context(policy):
     model, tok = policy
     max_context, max_new_tokens = 400, 4
-    traj = _trajs(rollout(model, tok, _Echo, [{"id": 0}], group_size=1, max_turns=4, max_new_tokens=max_new_tokens,
+    traj = _trajs(rollout(model, tok, _Echo, [{"id": 0}], group_size=1, max_turns=4,
+                          max_new_tokens=max_new_tokens,
                           temperature=1.0, seed=0, max_context=max_context, progress=False))[0]
     # The first observation fits and is appended; the second would not leave room for a turn.
     assert traj.num_turns == 2 and traj.info["context_limit"] and not traj.info["turn_limit"]
     for k in range(traj.num_turns):
-        context = next(i for i, (m, turn) in enumerate(zip(traj.loss_mask, traj.turn_index)) if m and turn == k)
+        context = next(i
+                       for i, (m, turn) in enumerate(zip(traj.loss_mask, traj.turn_index)) if m and turn == k)
         assert context + max_new_tokens <= max_context
     assert tok.decode(traj.token_ids) == render(tok, traj.messages)
     assert traj.steps[0].reward == 0.25  # the environment's step reward is kept on non-final steps
@@ -171,15 +175,16 @@ def test_an_episode_cut_at_the_context_limit_carries_what_scoring_recorded(polic
             return 0.0
 
     model, tok = policy
-    (group,) = rollout(model, tok, Graded, [{"id": 0}], group_size=1, max_turns=4, max_new_tokens=4, max_context=400,
-                       progress=False)
+    (group,) = rollout(model, tok, Graded, [{"id": 0}], group_size=1, max_turns=4, max_new_tokens=4,
+                       max_context=400, progress=False)
     (traj,) = group.trajectories
     assert traj.info["context_limit"] and traj.info["graded"]
 
 
 def test_a_first_prompt_over_max_context_is_an_error(tokenizer):
     with pytest.raises(ValueError, match="raise max_context"):
-        rollout(None, tokenizer, _Echo, [{"id": 0}], group_size=1, max_new_tokens=4, max_context=50, progress=False)
+        rollout(None, tokenizer, _Echo, [{"id": 0}], group_size=1, max_new_tokens=4,
+                max_context=50, progress=False)
 
 
 def test_expert_steps_keep_the_environment_step_reward_and_the_final_reward_once(tokenizer):

@@ -23,18 +23,18 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.envs import sandbox, workdirs
+from course_lib.envs import bwrap, sandbox, workdirs
+from course_lib.envs.bwrap import WORKSPACE, bwrap_available
 from course_lib.envs.sandbox import (
-    WORKSPACE,
     Limits,
     SandboxResult,
-    bwrap_available,
     make_workdir,
     remove_workdir,
     run_sandboxed,
 )
 
-SMALL = Limits(cpu_seconds=1, memory_mb=256, max_processes=32, file_size_mb=1, wall_seconds=3.0, output_bytes=4000)
+SMALL = Limits(cpu_seconds=1, memory_mb=256, max_processes=32, file_size_mb=1,
+               wall_seconds=3.0, output_bytes=4000)
 # CPU limits are measured in CPU time; a loaded machine needs a longer wall clock to reach them.
 CPU_BOUND = replace(SMALL, wall_seconds=20.0)
 needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap (bwrap) is not available here")
@@ -68,7 +68,8 @@ def processes_with(marker: str, grace: float = 2.0) -> list[str]:
                 try:
                     if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
                         status = Path(f"/proc/{name}/status").read_text().splitlines()
-                        keep = [line for line in status if line.startswith(("Name", "State", "PPid", "NSpid", "Uid"))]
+                        keep = [line for line in status
+                                if line.startswith(("Name", "State", "PPid", "NSpid", "Uid"))]
                         found.append(f"{name}: {'; '.join(keep)}")
                 except OSError:
                     continue
@@ -127,7 +128,8 @@ except OSError:
     pass
 print("forked", n)
 """
-    result = run_sandboxed([sys.executable, "-c", script], workdir, limits=Limits(max_processes=16, wall_seconds=15))
+    result = run_sandboxed([sys.executable, "-c", script], workdir,
+                           limits=Limits(max_processes=16, wall_seconds=15))
     forked = int(result.output.split("forked")[1].split()[0])
     assert forked < 16
     assert processes_with(marker) == []  # the sleeping children died with the command
@@ -184,13 +186,14 @@ def test_writing_system_files_fails(workdir):
 def test_dev_cannot_fill_memory(workdir):
     # /dev and /dev/shm are tmpfs, in memory: many files, each below the file size limit, must not
     # fill it. /dev is read-only; /dev/shm stays writable (multiprocessing's locks live there), capped.
-    result = sh("touch /dev/evil || echo dev-read-only; echo x > /dev/null && head -c 8 /dev/urandom | wc -c; "
-                "python -c 'import multiprocessing; multiprocessing.Lock(); print(\"lock-ok\")'; "
-                "for i in $(seq 8); do head -c 900000 /dev/zero > /dev/shm/f$i || { echo shm-full-at-$i; break; }; done",
+    result = sh("touch /dev/evil || echo dev-read-only; echo x > /dev/null && head -c 8 "
+                "/dev/urandom | wc -c; python -c 'import multiprocessing; multiprocessing.Lock(); "
+                "print(\"lock-ok\")'; for i in $(seq 8); do head -c 900000 /dev/zero > /dev/shm/f$i || { "
+                "echo shm-full-at-$i; break; }; done",
                 workdir)
     lines = result.output.splitlines()
     assert {"dev-read-only", "8", "lock-ok"} <= set(lines), result.output
-    if sandbox._tmpfs_size_supported():  # the cap, 4 x file_size_mb = 4 MB, fits four files of 0.9 MB
+    if bwrap._tmpfs_size_supported():  # the cap, 4 x file_size_mb = 4 MB, fits four files of 0.9 MB
         assert "shm-full-at-5" in lines, result.output
 
 
@@ -250,7 +253,8 @@ def deep_tree(action: str) -> str:
     200 characters), one deeper than Python's recursion limit (1500 levels), and at the bottom of
     each `make`s them or `write`s to the file `f` there."""
     return ("python3 -c \"import os\ntop = os.getcwd()\nfor depth, name in ((25, 'e' * 200), (1500, 'd')):\n"
-            f"    for _ in range(depth):\n        {'os.mkdir(name); ' if action == 'make' else ''}os.chdir(name)\n"
+            "    for _ in range(depth):\n"
+            f"        {'os.mkdir(name); ' if action == 'make' else ''}os.chdir(name)\n"
             "    open('f', 'a').write('x')\n    os.chdir(top)\nprint('reached the bottom')\"")
 
 
@@ -264,7 +268,8 @@ def test_a_tree_too_deep_for_path_names_and_recursion_is_handed_over_and_removed
     assert not workdir.exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to become another user")
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root to become another user")
 def test_a_deep_tree_the_agent_locked_is_removed_by_a_non_root_caller():
     # Not root, permissions hold: directories locked (chmod 000) at the top and below PATH_MAX.
     uid = 1_000_000_000 - 7  # below the sandbox's uids, unused
@@ -300,8 +305,8 @@ def test_cleanup_does_not_follow_symlinks_out_of_the_episode(workdir):
     try:
         (victim / "keep.txt").write_text("keep")
         # Links to a host directory (which the agent may not even see), and a directory it locked.
-        sh(f"ln -s {victim} link; ln -s {victim}/keep.txt filelink; mkdir -p locked/deep && touch locked/deep/f "
-           "&& chmod 000 locked/deep locked", workdir)
+        sh(f"ln -s {victim} link; ln -s {victim}/keep.txt filelink; mkdir -p locked/deep && "
+           "touch locked/deep/f && chmod 000 locked/deep locked", workdir)
         remove_workdir(workdir)
         assert not workdir.exists()
         assert (victim / "keep.txt").read_text() == "keep"
@@ -350,7 +355,8 @@ def test_network_connection_to_local_server_fails(workdir):
 def test_killing_the_parent_process_is_harmless(workdir):
     neighbour = subprocess.Popen(["sleep", "30"])  # a host process the attack must not reach
     try:
-        result = sh("kill -9 $PPID; python -c 'import os; os.kill(os.getppid(), 9)'; kill -9 -1; echo still", workdir)
+        result = sh("kill -9 $PPID; python -c 'import os; os.kill(os.getppid(), 9)'; kill -9 -1; echo still",
+                    workdir)
         assert isinstance(result.text(), str)
         assert neighbour.poll() is None  # still running, and so is this test
     finally:
@@ -360,7 +366,8 @@ def test_killing_the_parent_process_is_harmless(workdir):
 
 def test_background_processes_do_not_survive(workdir):
     duration = unique_sleep()
-    daemon = f"import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep({duration})\n"
+    daemon = (f"import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+              f"    if os.fork() == 0:\n        time.sleep({duration})\n")
     start = time.monotonic()
     result = sh(f"sleep {duration} & nohup sleep {duration} >/dev/null 2>&1 & setsid sleep {duration} & "
                 f"setsid -f sleep {duration}; (trap '' HUP TERM; sleep {duration}) & "
@@ -381,8 +388,8 @@ def test_python_and_pandas_work_inside(workdir):
 
 
 def test_limits_still_apply_without_bwrap_and_warn_once(workdir, monkeypatch):
-    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)
-    monkeypatch.setattr(sandbox, "_warned_limits_only", False)
+    monkeypatch.setattr(sandbox, "bwrap_available", lambda: False)  # the name run_sandboxed calls
+    monkeypatch.setattr(bwrap, "_warned_limits_only", False)
     duration = unique_sleep()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -411,7 +418,7 @@ def test_result_text_notes():
 
 
 def test_isolation_line_says_what_this_machine_gives():
-    from course_lib.envs.sandbox import bwrap_available, isolation, seccomp_enabled
+    from course_lib.envs.bwrap import bwrap_available, isolation, seccomp_enabled
 
     line = isolation()
     assert line.startswith("sandbox: ")

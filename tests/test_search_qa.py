@@ -65,7 +65,8 @@ def test_top3_contains_the_evidence_of_every_expert_query(split):
     pairs = [(q, e) for t in tasks for q, e in zip(t["chain"], t["evidence"])]
     missed = [q for q, e in pairs if e not in [d["id"] for d in index.search(q, k=3)]]
     # The README states 100% for both splits: every miss is named.
-    assert not missed, f"{len(missed)}/{len(pairs)} expert queries miss their evidence in the top 3: {missed[:5]}"
+    assert not missed, (f"{len(missed)}/{len(pairs)} expert queries miss their evidence in the top 3: "
+                        f"{missed[:5]}")
 
 
 def test_expert_solves_the_test_tasks(test):
@@ -101,7 +102,8 @@ def test_verifier_correct_wrong_and_formatting(test):
     env = make_env("search_qa")
     task = next(t for t in test if t["kind"] == "org_founder")
     for answer, reward in [(task["answer"], 1.0), (f"  {task['answer'].upper()}. ", 1.0),
-                           (f"The {task['answer']}!", 1.0), ("Nobody Knows", 0.0), (task["answer"] + " Jr", 0.0)]:
+                           (f"The {task['answer']}!", 1.0), ("Nobody Knows", 0.0),
+                           (task["answer"] + " Jr", 0.0)]:
         env.reset(task)
         result = env.step(format_answer(answer))
         assert result.done and result.reward == reward, answer
@@ -111,7 +113,8 @@ def test_malformed_action_is_an_observation_and_the_episode_goes_on(test):
     env = make_env("search_qa")
     task = test[0]
     env.reset(task)
-    for bad in ["I think it is Quenport.", '<tool_call>{"name": "search", "arguments": {"q": "x"}}</tool_call>',
+    for bad in ["I think it is Quenport.",
+                '<tool_call>{"name": "search", "arguments": {"q": "x"}}</tool_call>',
                 '<tool_call>{"name": "serch", "arguments": {"query": "x"}}</tool_call>',
                 format_tool_call("search", {"query": "   "})]:
         result = env.step(bad)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from course_lib.envs import data_dir, load_tasks, make_env
-from course_lib.envs.sandbox import Limits, bwrap_available
+from course_lib.envs.bwrap import bwrap_available
+from course_lib.envs.sandbox import Limits
 from course_lib.envs.terminal import TerminalEnv
 from course_lib.protocol import format_answer, format_tool_call
 from course_lib.tasks.terminal import FAMILIES, generate
@@ -187,7 +188,8 @@ def test_hostile_commands_are_contained_and_the_episode_goes_on():
         assert host_file.read_text() == "keep me"
         assert Path("/etc/passwd").exists() and Path(__file__).exists()
         # The episode goes on: the directory is empty now (the agent deleted its own files), but usable.
-        assert env.step(run("echo still here > proof.txt && cat proof.txt")).observation.startswith("still here")
+        assert env.step(run("echo still here > proof.txt && cat proof.txt")).observation.startswith("still "
+                                                                                                    "here")
         assert (env.workdir / "proof.txt").exists()
     finally:
         host_file.unlink()
@@ -202,11 +204,14 @@ def test_a_tree_too_deep_for_the_host_costs_the_agent_its_episode_only():
     try:
         env.reset(first_task("organise"))
         workdir = env.workdir
-        nest = "python3 -c \"import os\nfor name in ['e' * 200] * 25 + ['d'] * 1500:\n    os.mkdir(name); os.chdir(name)\""
+        nest = ("python3 -c \"import os\nfor name in ['e' * 200] * 25 + ['d'] * 1500:\n"
+                "    os.mkdir(name); os.chdir(name)\"")
         assert env.step(run(nest)).observation == "[exit code 0]"
-        assert env.step(run("echo still here > proof.txt && cat proof.txt")).observation == "still here\n[exit code 0]"
+        observation = env.step(run("echo still here > proof.txt && cat proof.txt")).observation
+        assert observation == "still here\n[exit code 0]"
         result = env.step(format_answer("done"))
-        assert result.done and result.reward == 0.0 and result.info["check"].startswith("failed: AssertionError")
+        assert result.done and result.reward == 0.0 and result.info["check"].startswith("failed: "
+                                                                                        "AssertionError")
     finally:
         env.close()
     assert not workdir.exists()

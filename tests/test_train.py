@@ -23,7 +23,7 @@ from conftest import TEST_DEVICE, make_trajectory
 from course_lib.__main__ import _add_config_options, _config_from
 from course_lib.credit import ValueHead
 from course_lib.envs import load_tasks
-from course_lib.envs.sandbox import bwrap_available
+from course_lib.envs.bwrap import bwrap_available
 from course_lib.losses import sft_loss
 from course_lib.models import load_policy
 from course_lib.rollout import expert_rollout

@@ -33,7 +33,7 @@ def course_setup(seed: int = 0, threads: int | None = None, disk_warning_gb: flo
     """Seed everything, pick the device, print one line a learner can quote when asking for help.
 
     With sandbox=True (the notebooks that run the model's code), a second line says which isolation the
-    sandbox has on this machine (`envs.sandbox.isolation`).
+    sandbox has on this machine (`envs.bwrap.isolation`).
 
     Also warns when the disk that holds the runs folder has less than `disk_warning_gb` free: each training
     run keeps a checkpoint of about 1.6 GB (fp32 weights and optimizer state), about 10 GB over the course.
@@ -55,7 +55,7 @@ def course_setup(seed: int = 0, threads: int | None = None, disk_warning_gb: flo
     }
     print(" | ".join(f"{k}: {v}" for k, v in info.items()))
     if sandbox:
-        from course_lib.envs.sandbox import isolation
+        from course_lib.envs.bwrap import isolation
 
         info["sandbox"] = isolation()
         print(info["sandbox"])

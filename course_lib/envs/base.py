@@ -6,8 +6,9 @@ observation, never as an exception, and no observation is longer than `OBSERVATI
 characters, nor, where the rollout has told the environment how to count them (`count_tokens`),
 `OBSERVATION_TOKENS` tokens: a character of 4-byte UTF-8 is about 3.5 tokens, so 16,000 of them
 came to 56k tokens. Control characters (ESC, NUL, CR...) come out escaped, as `\x1b`: an ANSI
-sequence in a tool's output cannot hide text from whoever prints the observation. A verifier that fails gives reward 0 with a note in `info["score_error"]`: one broken
-episode never stops a batch. A turn limit ends every episode.
+sequence in a tool's output cannot hide text from whoever prints the observation. A verifier that fails gives
+reward 0 with a note in `info["score_error"]`: one broken episode never stops a batch. A turn limit ends
+every episode.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def escape_controls(text: str) -> str:
 
 
 def exception_note(exc: BaseException) -> str:
-    """`Type: message` of an exception, the message cut to a few hundred characters (it may echo a huge path)."""
+    """`Type: message` of an exception, the message cut to a few hundred characters (it may
+    echo a huge path)."""
     return f"{type(exc).__name__}: {cap(str(exc), _NOTE_LIMIT)}"
 
 

@@ -44,8 +44,8 @@ MAX_CODE_CHARS = 20_000
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 # "2 decimals", "2 decimal places", "2 d.p.", "3 significant figures": a precision, never a candidate answer
-_PRECISION = re.compile(r"(?<![\d.])\d+\s*(?:decimals?|decimal\s+places?|d\.?p\b\.?|significant\s+(?:figures|digits))",
-                        re.IGNORECASE)
+_PRECISION = re.compile(r"(?<![\d.])\d+\s*(?:decimals?|decimal\s+places?|d\.?p\b\.?|"
+                        r"significant\s+(?:figures|digits))", re.IGNORECASE)
 # "Round to 2 decimals." in a question: the answer is only as exact as that
 _STATED_ROUNDING = re.compile(r"\bround(?:ed)? to \d+ decimals?\b", re.IGNORECASE)
 
@@ -59,7 +59,8 @@ def parse_number(text: str) -> float | None:
 
 
 def normalize_text(text: str) -> str:
-    """Lowercase, collapse whitespace, drop surrounding punctuation, quotes and markdown emphasis (**x**, _x_)."""
+    """Lowercase, collapse whitespace, drop surrounding punctuation, quotes and markdown
+    emphasis (**x**, _x_)."""
     return " ".join(text.lower().split()).strip(" .'\"`*_")
 
 
@@ -94,9 +95,10 @@ class DataAnalysisEnv(Environment):
     )
     tools = [Tool(
         "run_python",
-        "Run Python code in a fresh process whose working directory holds the CSV files; pandas is installed. "
-        "Print what you want to see: the output (stdout and stderr, cut when long) comes back. Variables do not "
-        "persist between calls: each call starts from scratch, so re-read the files every time.",
+        "Run Python code in a fresh process whose working directory holds the CSV files; "
+        "pandas is installed. Print what you want to see: the output (stdout and stderr, cut when long) "
+        "comes back. Variables do not persist between calls: each call starts from scratch, so re-read "
+        "the files every time.",
         {"code": ("string", "the Python code to run")},
     )]
 
@@ -120,7 +122,8 @@ class DataAnalysisEnv(Environment):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         code = arguments["code"]
         if not code.strip():
-            raise ToolError("the code is empty; write the Python code to run, with print() for what you want to see")
+            raise ToolError("the code is empty; write the Python code to run, with print() for "
+                            "what you want to see")
         if len(code) > MAX_CODE_CHARS:
             raise ToolError(f"the code has {len(code)} characters; the limit is {MAX_CODE_CHARS}")
         result = run_sandboxed([sys.executable, "-"], self.workdir, limits=self.limits, stdin=code)

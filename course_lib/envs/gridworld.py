@@ -39,7 +39,8 @@ from course_lib.envs.base import Environment, StepResult, ToolError
 from course_lib.protocol import Tool, format_tool_call, quoted
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
-_PERPENDICULAR = {"up": ("left", "right"), "down": ("left", "right"), "left": ("up", "down"), "right": ("up", "down")}
+_PERPENDICULAR = {"up": ("left", "right"), "down": ("left", "right"),
+                  "left": ("up", "down"), "right": ("up", "down")}
 
 
 def distances_to(grid: list[str], target: tuple[int, int]) -> dict[tuple[int, int], int]:
@@ -104,7 +105,8 @@ class GridWorldEnv(Environment):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         direction = arguments["direction"].strip().lower()
         if direction not in MOVES:
-            raise ToolError(f"direction must be one of up, down, left, right; got {quoted(arguments['direction'])}")
+            raise ToolError("direction must be one of up, down, left, right; got "
+                            f"{quoted(arguments['direction'])}")
         if self.slip and self.rng.random() < self.slip:
             direction = self.rng.choice(_PERPENDICULAR[direction])
         dr, dc = MOVES[direction]

@@ -75,10 +75,12 @@ def default_corpus_path() -> Path:
 
 
 def load_index(corpus_path: Path | None = None) -> SearchIndex:
-    """The search index of a corpus file, built on first use and cached for the process until the file changes."""
+    """The search index of a corpus file, built on first use and cached for the process until
+    the file changes."""
     path = Path(corpus_path or default_corpus_path()).resolve()
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found; generate it with `python -m course_lib.tasks --only search_qa`")
+        raise FileNotFoundError(f"{path} not found; generate it with `python -m "
+                                "course_lib.tasks --only search_qa`")
     stat = path.stat()
     version = (stat.st_mtime_ns, stat.st_size)
     if path not in _INDEXES or _INDEXES[path][0] != version:
@@ -129,7 +131,8 @@ class SearchQAEnv(Environment):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         query = arguments["query"].strip()
         if not query:
-            raise ToolError("the query is empty; search for a name, e.g. of a person, a city or an organisation")
+            raise ToolError("the query is empty; search for a name, e.g. of a person, a "
+                            "city or an organisation")
         docs = self.index.search(query)
         self.queries.append(query)
         self.seen.update(d["id"] for d in docs)

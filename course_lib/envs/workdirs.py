@@ -41,7 +41,8 @@ def _tmpfs_mounts_allowed() -> bool:
         return False
     probe = Path(tempfile.mkdtemp(prefix="tmpfs-probe-"))
     try:
-        return _mount_tmpfs(probe, 1) and subprocess.run(["umount", str(probe)], capture_output=True).returncode == 0
+        return _mount_tmpfs(probe, 1) and subprocess.run(["umount", str(probe)],
+                                                         capture_output=True).returncode == 0
     finally:
         with contextlib.suppress(OSError):
             probe.rmdir()

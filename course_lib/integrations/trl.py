@@ -57,10 +57,12 @@ from course_lib.trajectory import Trajectory
 
 # TRL 1.16 reads `model.is_gradient_checkpointing`, which transformers 5 deprecates: a FutureWarning on every
 # `trainer.train()` that the learner can do nothing about.
-warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+warnings.filterwarnings("ignore",
+                        message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 ADAPTERS = ("rollout_func", "environment_factory")
-_PYTHON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "object": dict, "array": list}
+_PYTHON_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool,
+                 "object": dict, "array": list}
 ANSWER_TOOL_DOC = "Submit your final answer; this ends the episode."
 
 
@@ -102,7 +104,8 @@ def task_dataset(env_name: str, split: str = "train", limit: int | None = None, 
                 if prompt_key(prompt) in seen:
                     continue
                 seen.add(prompt_key(prompt))
-            rows.append({"prompt": prompt, "task_id": str(task["id"]), "task": json.dumps(task, sort_keys=True)})
+            rows.append({"prompt": prompt, "task_id": str(task["id"]),
+                         "task": json.dumps(task, sort_keys=True)})
     finally:
         env.close()
     return Dataset.from_list(rows)
@@ -210,7 +213,8 @@ def make_trl_environment_factory(env_name: str, **env_options: Any) -> type[TRLE
     members["answer"] = answer
     members["env_name"] = env_name
     members["__init__"] = lambda self: TRLEnvironment.__init__(self, **env_options)
-    members["__doc__"] = f"Our {env_name!r} environment as a TRL environment (tools: {', '.join(t.name for t in tools)}, answer)."
+    members["__doc__"] = (f"Our {env_name!r} environment as a TRL environment "
+                          f"(tools: {', '.join(t.name for t in tools)}, answer).")
     name = "".join(part.capitalize() for part in env_name.split("_")) + "TRLEnvironment"
     return type(name, (TRLEnvironment,), members)
 
@@ -313,8 +317,9 @@ class RolloutFunc:
             key, task = prompt_key(row["prompt"]), json.loads(row["task"])
             known = self.tasks_by_prompt.setdefault(key, task)
             if known["id"] != task["id"]:
-                raise ValueError(f"tasks {known['id']!r} and {task['id']!r} have the same prompt; the rollout "
-                                 "function finds a task by its prompt, so drop one of them from the dataset")
+                raise ValueError(f"tasks {known['id']!r} and {task['id']!r} have the same "
+                                 "prompt; the rollout function finds a task by its prompt, so drop one of "
+                                 "them from the dataset")
         self.last_trajectories: list[Trajectory] = []
         self.stats = RolloutStats()
         self.calls = 0
@@ -359,7 +364,8 @@ class RolloutFunc:
 
 
 def make_rollout_func(env_name: str, dataset, *, max_turns: int = 4, max_new_tokens: int = 48,
-                      temperature: float | None = None, max_context: int = 2048, seed: int = 0) -> RolloutFunc:
+                      temperature: float | None = None, max_context: int = 2048,
+                      seed: int = 0) -> RolloutFunc:
     """A rollout function for ``GRPOTrainer(rollout_func=...)`` on `env_name`.
 
     dataset: the rows TRL trains on (from :func:`task_dataset`); a prompt is mapped back to its task
@@ -412,7 +418,8 @@ def make_judge_reward(judge, rubric: str | None = None, *, seed: int = 0) -> Cal
 # ----- configuration and the trainer -----------------------------------------------------------------
 
 
-def grpo_config(output_dir: str = "runs/trl", *, steps: int = 2, num_generations: int = 2, batch_size: int = 2,
+def grpo_config(output_dir: str = "runs/trl", *, steps: int = 2,
+                num_generations: int = 2, batch_size: int = 2,
                 max_completion_length: int = 64, learning_rate: float = 2e-5, temperature: float = 1.0,
                 seed: int = 0, max_turns: int = 4, **overrides: Any):
     """A `GRPOConfig` sized for this course, with the defaults that matter on a laptop spelled out.
@@ -428,7 +435,8 @@ def grpo_config(output_dir: str = "runs/trl", *, steps: int = 2, num_generations
         per_device_train_batch_size=batch_size, max_completion_length=max_completion_length,
         learning_rate=learning_rate, temperature=temperature, seed=seed,
         use_cpu=not cuda, bf16=bf16, fp16=cuda and not bf16,  # GRPOConfig defaults bf16=True: not on CPU
-        activation_checkpointing=False,  # GRPOConfig turns (gradient) checkpointing on; a 135M model does not need it
+        # GRPOConfig turns (gradient) checkpointing on; a 135M model does not need it
+        activation_checkpointing=False,
         max_tool_calling_iterations=max(0, max_turns - 1),  # environment_factory: turns after the first
         logging_steps=1, save_strategy="no", report_to="none", beta=0.0, loss_type="dapo",
         lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0, disable_tqdm=True,
@@ -453,7 +461,8 @@ def build_trainer(env_name: str = "search_qa", adapter: str = "rollout_func", *,
 
     if adapter not in ADAPTERS:
         raise ValueError(f"adapter {adapter!r} does not exist; adapters are: {', '.join(ADAPTERS)}")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # both adapters use TRL's experimental APIs knowingly
+    # both adapters use TRL's experimental APIs knowingly
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args = args if args is not None else grpo_config(max_turns=max_turns)
     path = resolve_model_path(model)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -465,8 +474,8 @@ def build_trainer(env_name: str = "search_qa", adapter: str = "rollout_func", *,
         dataset = task_dataset(env_name, split, limit, for_tool_calling=tool_calling)
     if tool_calling:
         factory = make_trl_environment_factory(env_name, max_turns=max_turns)
-        trainer = GRPOTrainer(model=path, args=args, train_dataset=dataset, processing_class=tool_calling_tokenizer(
-            tokenizer), environment_factory=factory)
+        trainer = GRPOTrainer(model=path, args=args, train_dataset=dataset,
+                              processing_class=tool_calling_tokenizer(tokenizer), environment_factory=factory)
         return trainer, factory
     rollout_func = make_rollout_func(env_name, dataset, max_turns=max_turns, max_new_tokens=max_new_tokens,
                                      seed=args.seed)
@@ -491,7 +500,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--num-generations", type=int, default=2, help="group size (rollouts per task)")
     parser.add_argument("--batch-size", type=int, default=2, help="completions per device per step")
     parser.add_argument("--max-turns", type=int, default=4, help="turn limit of an episode")
-    parser.add_argument("--max-new-tokens", type=int, default=48, help="token limit of one turn (rollout_func)")
+    parser.add_argument("--max-new-tokens", type=int, default=48,
+                        help="token limit of one turn (rollout_func)")
     parser.add_argument("--max-completion-length", type=int, default=192,
                         help="token limit of a whole completion (environment_factory; dr_grpo's constant)")
     parser.add_argument("--lr", type=float, default=2e-5)
@@ -499,7 +509,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="runs/trl")
     a = parser.parse_args(argv)
-    args = grpo_config(a.output_dir, steps=a.steps, num_generations=a.num_generations, batch_size=a.batch_size,
+    args = grpo_config(a.output_dir, steps=a.steps,
+                       num_generations=a.num_generations, batch_size=a.batch_size,
                        max_completion_length=a.max_completion_length, learning_rate=a.lr, seed=a.seed,
                        max_turns=a.max_turns)
     trainer, _ = build_trainer(a.env, a.adapter, model=a.model, limit=a.limit, args=args,

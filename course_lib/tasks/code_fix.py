@@ -107,7 +107,8 @@ def _make_task(repo: Repo, bug: tuple[str, str, str], package: str, task_id: str
         hidden = _render_tests(module_path, repo.imports, repo.hidden, namespace, "hidden_")
     # The bug must show in the visible tests (so the agent can find it) and in the hidden ones (so
     # that grading catches it); the fixed code must pass everything.
-    if not failing_tests(module_path, buggy_source, visible) or not failing_tests(module_path, buggy_source, hidden):
+    if not failing_tests(module_path, buggy_source,
+                         visible) or not failing_tests(module_path, buggy_source, hidden):
         return None
     if failing_tests(module_path, repo.source, visible) or failing_tests(module_path, repo.source, hidden):
         raise ValueError(f"{repo.family}: the correct code fails its own tests")
@@ -117,14 +118,15 @@ def _make_task(repo: Repo, bug: tuple[str, str, str], package: str, task_id: str
         module_path: buggy_source,
         VISIBLE_TESTS: visible,
     }
-    instruction = (f"Some tests in {VISIBLE_TESTS} fail because of a bug in {module_path}. Find the bug and fix it. "
-                   f"When you are done, answer <answer>done</answer>.")
+    instruction = (f"Some tests in {VISIBLE_TESTS} fail because of a bug in {module_path}. Find "
+                   f"the bug and fix it. When you are done, answer <answer>done</answer>.")
     return {"id": task_id, "instruction": instruction, "files": files, "hidden_tests": {HIDDEN_TESTS: hidden},
             "allowed_files": [module_path], "bug_kind": kind, "family": repo.family,
             "fix": {"path": module_path, "old": buggy, "new": correct}}
 
 
-def make_tasks(n: int, seed: int = 0, split: str = "train", seen: set[str] | None = None) -> list[dict[str, Any]]:
+def make_tasks(n: int, seed: int = 0, split: str = "train",
+               seen: set[str] | None = None) -> list[dict[str, Any]]:
     """`n` tasks of `split`, cycling through the families and their bugs.
 
     Drawn from the random stream 2 * seed (train) or 2 * seed + 1 (test). A repository already in

@@ -55,8 +55,8 @@ PRODUCTS = {
     "Mouse": ("Electronics", "Clickr", 19.0), "Webcam": ("Electronics", "Clickr", 55.0),
 }
 
-_FIRST = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lena", "Milo", "Nia",
-          "Omar", "Pia", "Quin", "Rosa", "Sami", "Tess", "Uma", "Vik", "Wren", "Yara", "Zane"]
+_FIRST = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lena", "Milo",
+          "Nia", "Omar", "Pia", "Quin", "Rosa", "Sami", "Tess", "Uma", "Vik", "Wren", "Yara", "Zane"]
 _LAST = ["Abbott", "Brandt", "Costa", "Dubois", "Eriksen", "Fischer", "Garcia", "Haddad", "Ito", "Jansen",
          "Kowalski", "Lund", "Moreau", "Novak", "Okafor", "Petrov", "Rossi", "Silva", "Tanaka", "Varga"]
 
@@ -91,7 +91,8 @@ def _weather(rng: random.Random, year: int) -> list[dict[str, Any]]:
             rain = max(0.0, rng.gauss(2.0, 4.0))
             humidity = min(100, max(25, round(55 + 4 * rain + rng.gauss(0, 8))))
             rows.append({"date": day.strftime("%Y-%m-%d"), "city": city, "temp_c": f"{temp:.1f}",
-                         "rain_mm": f"{rain:.1f}", "humidity": humidity, "wind_kmh": f"{abs(rng.gauss(14, 7)):.1f}"})
+                         "rain_mm": f"{rain:.1f}", "humidity": humidity,
+                         "wind_kmh": f"{abs(rng.gauss(14, 7)):.1f}"})
     return rows
 
 
@@ -100,7 +101,8 @@ def _students(rng: random.Random, term: str) -> list[dict[str, Any]]:
     rows = []
     for name in names:
         ability = rng.gauss(65, 12)  # shared by the three subjects, so that their scores correlate
-        math_, reading, science = (min(100, max(0, round(ability + rng.gauss(0, spread)))) for spread in (10, 12, 9))
+        math_, reading, science = (min(100, max(0, round(ability + rng.gauss(0, spread))))
+                                   for spread in (10, 12, 9))
         rows.append({"student": name, "class": rng.choice("ABCD"), "track": rng.choice(["science", "arts"]),
                      "math": math_, "reading": reading, "science": science,
                      "absences": max(0, round(rng.gauss(6 - (ability - 65) / 8, 3)))})
@@ -173,8 +175,10 @@ def write_csvs(out_dir: Path, seed: int = 0) -> list[str]:
 
 # kind -> columns: "sum" (totals make sense), "mean" (averages only), "cat" (groups), "date", "entity"
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "sales": {"sum": ["units"], "mean": ["unit_price"], "cat": ["region", "product", "channel"], "date": "date"},
-    "weather": {"sum": ["rain_mm"], "mean": ["temp_c", "humidity", "wind_kmh"], "cat": ["city"], "date": "date"},
+    "sales": {"sum": ["units"], "mean": ["unit_price"],
+              "cat": ["region", "product", "channel"], "date": "date"},
+    "weather": {"sum": ["rain_mm"], "mean": ["temp_c", "humidity", "wind_kmh"],
+                "cat": ["city"], "date": "date"},
     "students": {"sum": [], "mean": ["math", "reading", "science", "absences"], "cat": ["class", "track"],
                  "entity": "student"},
     "inventory": {"sum": ["stock"], "mean": ["unit_cost", "reorder_level"], "cat": ["category", "warehouse"],
@@ -257,8 +261,8 @@ def _t_month(rng, f, df, s) -> Draft | None:
     month = pd.to_datetime(df[s["date"]]).dt.month_name()
     if not _unique_best(df.groupby(month)[num].agg(agg)):
         return None
-    return (f"In {f}, in which month is the {word} {num} the highest? Answer with the month's full English name "
-            f"(e.g. March).",
+    return (f"In {f}, in which month is the {word} {num} the highest? Answer with the "
+            f"month's full English name (e.g. March).",
             f'month = pd.to_datetime(df["{s["date"]}"]).dt.month_name()\n'
             f'print(df.groupby(month)["{num}"].{agg}().idxmax())', "string", 0)
 
@@ -273,7 +277,8 @@ def _t_month_mean(rng, f, df, s) -> Draft | None:
     return (f'In {f}, what is the average {num} of the rows where {cat} is "{val}" during {MONTHS[m - 1]}? '
             f"Round to 2 decimals.",
             f'month = pd.to_datetime(df["{s["date"]}"]).dt.month\n'
-            f'rows = df[(df["{cat}"] == "{val}") & (month == {m})]\nprint(round(float(rows["{num}"].mean()), 2))',
+            f'rows = df[(df["{cat}"] == "{val}") & (month == {m})]\n'
+            f'print(round(float(rows["{num}"].mean()), 2))',
             "number", 2)
 
 
@@ -333,9 +338,11 @@ def _t_revenue(rng, f, df, s) -> Draft | None:
     if "unit_price" not in df:
         return None
     val = rng.choice(sorted(df["region"].unique()))
-    return (f'In {f}, the revenue of a row is units times unit_price. What is the total revenue of region "{val}"? '
+    return (f'In {f}, the revenue of a row is units times unit_price. What is the total '
+            f'revenue of region "{val}"? '
             f"Round to 2 decimals.",
-            f'revenue = df["units"] * df["unit_price"]\nprint(round(float(revenue[df["region"] == "{val}"].sum()), 2))',
+            'revenue = df["units"] * df["unit_price"]\n'
+            f'print(round(float(revenue[df["region"] == "{val}"].sum()), 2))',
             "number", 2)
 
 
@@ -436,7 +443,8 @@ def _questions(csv_dir: Path, tables: list[str], n: int, seed: int, prefix: str,
 
 
 
-def make_tasks(n: int, seed: int = 0, split: str = "train", seen: set[str] | None = None) -> list[dict[str, Any]]:
+def make_tasks(n: int, seed: int = 0, split: str = "train",
+               seen: set[str] | None = None) -> list[dict[str, Any]]:
     """`n` questions of `split`, none of whose text is in `seen` (the new ones are added to it).
 
     The tables are written from `seed` (`write_csvs`) into a temporary folder; training questions ask

@@ -30,7 +30,8 @@ def make_map(rng: random.Random, size: int) -> list[str] | None:
     for r in range(size):
         row = ""
         for c in range(size):
-            row += "S" if (r, c) == start else "G" if (r, c) == goal else "H" if rng.random() < hole_rate else "."
+            row += ("S" if (r, c) == start else "G" if (r, c) == goal
+                    else "H" if rng.random() < hole_rate else ".")
         rows.append(row)
     shortest = distances_to(rows, goal).get(start)
     # At least size-1 moves, so the goal is never a step or two away and holes have to be walked around.
@@ -39,7 +40,8 @@ def make_map(rng: random.Random, size: int) -> list[str] | None:
     return rows
 
 
-def make_tasks(n: int, seed: int = 0, split: str = "train", seen: set[str] | None = None) -> list[dict[str, Any]]:
+def make_tasks(n: int, seed: int = 0, split: str = "train",
+               seen: set[str] | None = None) -> list[dict[str, Any]]:
     """`n` distinct solvable maps (sizes cycle through 4, 5, 6), none of whose layouts is in `seen`.
 
     The test split draws from seed + 1. `seen` holds layouts ("/"-joined rows); the new ones are added.

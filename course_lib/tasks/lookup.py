@@ -22,7 +22,8 @@ def _word(rng: random.Random) -> str:
     return "".join(rng.choice(_SYLLABLES) for _ in range(3)).capitalize()
 
 
-def make_tasks(n: int, seed: int = 0, split: str = "train", seen: set[str] | None = None) -> list[dict[str, Any]]:
+def make_tasks(n: int, seed: int = 0, split: str = "train",
+               seen: set[str] | None = None) -> list[dict[str, Any]]:
     """`n` seeded tasks; each has a directory of 4 agents and asks for one agent's city.
 
     Drawn from the random stream 2 * seed (train) or 2 * seed + 1 (test). A toy: questions may repeat,

@@ -17,9 +17,9 @@ from course_lib.envs.search_qa import CORPUS_FILE
 from course_lib.tasks.files import write_jsonl
 
 _SYLLABLES = ["al", "bar", "bel", "cor", "dan", "del", "dor", "el", "fen", "gar", "hal", "is", "jor", "kel",
-              "kor", "lin", "lor", "mar", "mor", "nes", "nor", "or", "pel", "quin", "ras", "ren", "ros", "sil",
-              "tam", "tor", "ul", "val", "ven", "vor", "wyn", "zel", "ka", "lo", "mi", "na", "ri", "sa", "te",
-              "va", "do", "ne", "ro", "thi", "bri", "cas"]
+              "kor", "lin", "lor", "mar", "mor", "nes", "nor", "or", "pel", "quin", "ras", "ren", "ros",
+              "sil", "tam", "tor", "ul", "val", "ven", "vor", "wyn", "zel", "ka", "lo", "mi", "na", "ri",
+              "sa", "te", "va", "do", "ne", "ro", "thi", "bri", "cas"]
 _CITY_ENDINGS = ["port", "holt", "vik", "mere", "dale", "ford", "wick", "stead"]
 _REGION_ENDINGS = ["ia", "land", "mark", "or"]
 _ORG_KINDS = ["Guild", "Society", "Company", "Institute", "Academy", "Museum", "Bank", "Theatre", "Library",
@@ -54,7 +54,8 @@ class _Words:
     def __init__(self, rng: random.Random):
         self.rng = rng
         template_words = {"born", "city", "region", "founded", "founder", "year", "which", "who"}
-        self.used: set[str] = set(bm25s.stopwords.STOPWORDS_EN) | template_words | {k.lower() for k in _ORG_KINDS}
+        self.used: set[str] = (set(bm25s.stopwords.STOPWORDS_EN) | template_words
+                               | {k.lower() for k in _ORG_KINDS})
 
     def new(self, syllables: tuple[int, int], ending: list[str] | None = None) -> str:
         while True:
@@ -71,7 +72,8 @@ def make_corpus(seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, list[dic
     rng = random.Random(seed)
     words = _Words(rng)
     regions = [words.new((2, 2), _REGION_ENDINGS) for _ in range(N_REGIONS)]
-    cities = [{"id": f"city-{i:03d}", "name": words.new((1, 2), _CITY_ENDINGS), "region": regions[i % N_REGIONS]}
+    cities = [{"id": f"city-{i:03d}", "name": words.new((1, 2), _CITY_ENDINGS),
+               "region": regions[i % N_REGIONS]}
               for i in range(N_CITIES)]
     people = []
     for i in range(N_PEOPLE):
@@ -91,7 +93,8 @@ def make_corpus(seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, list[dic
     docs += [{"id": p["id"], "kind": "person", "title": p["name"],
               "text": f"{p['name']} was born in {p['city']} in {p['year']}."} for p in people]
     docs += [{"id": o["id"], "kind": "organisation", "title": o["name"],
-              "text": f"The {o['name']} was founded by {o['founder']} in {o['year']} in {o['city']}."} for o in orgs]
+              "text": f"The {o['name']} was founded by {o['founder']} in {o['year']} in {o['city']}."}
+             for o in orgs]
     return docs, {"cities": cities, "people": people, "orgs": orgs}
 
 
@@ -101,7 +104,8 @@ def make_questions(tables: dict[str, list[dict[str, Any]]]) -> list[tuple[str, d
     person = {p["id"]: p for p in tables["people"]}
     questions = []
 
-    def add(kind: str, subject: str, answer: Any, chain: list[str], evidence: list[str], **names: str) -> None:
+    def add(kind: str, subject: str, answer: Any, chain: list[str],
+            evidence: list[str], **names: str) -> None:
         template, hops = _QUESTIONS[kind]
         questions.append((subject, {"question": template.format(**names), "answer": str(answer), "hops": hops,
                                     "chain": chain, "evidence": evidence, "kind": kind}))
@@ -110,7 +114,8 @@ def make_questions(tables: dict[str, list[dict[str, Any]]]) -> list[tuple[str, d
         c = city[p["city"]]
         add("person_city", p["id"], p["city"], [p["name"]], [p["id"]], person=p["name"])
         add("person_year", p["id"], p["year"], [p["name"]], [p["id"]], person=p["name"])
-        add("person_region", p["id"], c["region"], [p["name"], c["name"]], [p["id"], c["id"]], person=p["name"])
+        add("person_region", p["id"], c["region"], [p["name"], c["name"]],
+            [p["id"], c["id"]], person=p["name"])
     for o in tables["orgs"]:
         c, f = city[o["city"]], person[o["founder_id"]]
         add("org_founder", o["id"], o["founder"], [o["name"]], [o["id"]], org=o["name"])
@@ -149,7 +154,8 @@ def make_splits(seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, list[dic
     return docs, splits
 
 
-def make_tasks(n: int, seed: int = 0, split: str = "train", seen: set[str] | None = None) -> list[dict[str, Any]]:
+def make_tasks(n: int, seed: int = 0, split: str = "train",
+               seen: set[str] | None = None) -> list[dict[str, Any]]:
     """The first `n` questions of `split` whose text is not in `seen` (the new ones are added to it)."""
     seen = set() if seen is None else seen
     tasks = [t for t in make_splits(seed)[1][split] if t["question"] not in seen][:n]

@@ -22,11 +22,13 @@ def summary_tasks(questions: list[dict[str, Any]], split: str, seen: set[str]) -
         seen.add(subject)
         name = f"the {subject}" if qa["kind"].startswith(("org", "founder")) else subject
         tasks.append({"id": f"summarize-{split}-{len(tasks):04d}", "subject": subject,
-                      "question": f"What does the encyclopedia say about {name}?", "evidence": qa["evidence"][:1]})
+                      "question": f"What does the encyclopedia say about {name}?",
+                      "evidence": qa["evidence"][:1]})
     return tasks
 
 
-def make_tasks(n: int, seed: int = 0, split: str = "train", seen: set[str] | None = None) -> list[dict[str, Any]]:
+def make_tasks(n: int, seed: int = 0, split: str = "train",
+               seen: set[str] | None = None) -> list[dict[str, Any]]:
     """The first `n` summary tasks of `split` (subjects in `seen` are skipped; the new ones are added)."""
     tasks = summary_tasks(search_qa.make_splits(seed)[1][split], split, set(seen or ()))[:n]
     if seen is not None:

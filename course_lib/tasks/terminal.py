@@ -37,7 +37,8 @@ _LAST = ["Abara", "Brandt", "Costa", "Dahl", "Eze", "Fontaine", "Greer", "Holm",
          "Lund", "Moreau", "Novak", "Okafor", "Petrov", "Quist", "Rahman", "Silva", "Tanaka"]
 _CITIES = ["Orvane", "Tessaly", "Brumholt", "Quenport", "Salvik", "Drennor"]
 _DOMAINS = ["example.org", "mail.test", "corp.example"]
-_MESSAGES = ["request served", "cache refreshed", "user logged in", "retrying after error", "disk usage at 71%",
+_MESSAGES = ["request served", "cache refreshed", "user logged in", "retrying after error",
+             "disk usage at 71%",
              "connection reset by peer", "job finished", "config reloaded", "slow query detected",
              "timeout talking to upstream", "worker started", "queue drained"]
 
@@ -70,7 +71,8 @@ def _check(**values: Any) -> str:
 
 
 def _note(rng: random.Random, title: str) -> str:
-    return f"{title}\n" + "".join(f"{rng.choice(_MESSAGES)} ({rng.randint(1, 999)})\n" for _ in range(rng.randint(1, 3)))
+    return f"{title}\n" + "".join(f"{rng.choice(_MESSAGES)} ({rng.randint(1, 999)})\n"
+                                  for _ in range(rng.randint(1, 3)))
 
 
 def _organise(rng: random.Random) -> dict[str, Any]:
@@ -110,7 +112,8 @@ def _extract_column(rng: random.Random) -> dict[str, Any]:
     if rng.random() < 0.5:
         city = rng.choice([p["city"] for p in people])
         expected = sorted(p["email"] for p in people if p["city"] == city)
-        who, awk_filter = f"the people who live in {city}", f'NR > 1 && ${columns.index("city") + 1} == "{city}"'
+        who = f"the people who live in {city}"
+        awk_filter = f'NR > 1 && ${columns.index("city") + 1} == "{city}"'
     else:
         expected = sorted(p["email"] for p in people)
         who, awk_filter = "all people", "NR > 1"
@@ -119,9 +122,10 @@ def _extract_column(rng: random.Random) -> dict[str, Any]:
                        "to a new file emails.txt, one per line, sorted alphabetically.",
         "files": {"people.csv": csv},
         "check": _check(EXPECTED=expected, CSV=csv, body=(
-            'assert lines("emails.txt") == EXPECTED, "emails.txt does not hold the right addresses in order"\n'
-            'unchanged({"people.csv": CSV})\n')),
-        "solution": [f"awk -F, '{awk_filter} {{print ${email_col}}}' people.csv | LC_ALL=C sort > emails.txt"],
+            'assert lines("emails.txt") == EXPECTED, "emails.txt does not hold the right '
+            'addresses in order"\nunchanged({"people.csv": CSV})\n')),
+        "solution": [f"awk -F, '{awk_filter} {{print ${email_col}}}' people.csv "
+                     "| LC_ALL=C sort > emails.txt"],
     }
 
 
@@ -149,7 +153,8 @@ def _permissions(rng: random.Random) -> dict[str, Any]:
             '    assert not os.stat(path).st_mode & stat.S_IWOTH, f"{path} is still writable by others"\n'
             "for path in DATA:\n"
             '    assert not os.stat(path).st_mode & 0o111, f"{path} should not be executable"\n')),
-        "solution": ["find . -type f -name '*.sh' -exec chmod u+x {} + && find . -type f -exec chmod o-w {} +"],
+        "solution": ["find . -type f -name '*.sh' -exec chmod u+x {} + "
+                     "&& find . -type f -exec chmod o-w {} +"],
     }
 
 
@@ -172,20 +177,24 @@ def _count_matches(rng: random.Random) -> dict[str, Any]:
                        "in the form `<file name> <count>` (for example `app.log 3`), sorted by file name.",
         "files": files,
         "check": _check(EXPECTED=expected, body=(
-            'assert [line.split() for line in lines("summary.txt")] == EXPECTED, "summary.txt has wrong counts"\n')),
-        "solution": [f'for f in *.log; do echo "$f $(grep -c {word} "$f")"; done | LC_ALL=C sort > summary.txt'],
+            'assert [line.split() for line in lines("summary.txt")] == EXPECTED, '
+            '"summary.txt has wrong counts"\n')),
+        "solution": [f'for f in *.log; do echo "$f $(grep -c {word} "$f")"; done | '
+                     'LC_ALL=C sort > summary.txt'],
     }
 
 
 def _rename_extension(rng: random.Random) -> dict[str, Any]:
-    old, new = rng.choice([("jpeg", "jpg"), ("htm", "html"), ("text", "txt"), ("yml", "yaml"), ("markdown", "md")])
+    old, new = rng.choice([("jpeg", "jpg"), ("htm", "html"), ("text", "txt"),
+                           ("yml", "yaml"), ("markdown", "md")])
     words = rng.sample(_WORDS, rng.randint(5, 8))
     n_renamed = rng.randint(2, 4)
     renamed = {f"{w}.{old}": _note(rng, w) for w in words[:n_renamed]}
     kept = {f"{w}.{rng.choice(['csv', 'py', 'log'])}": _note(rng, w) for w in words[n_renamed:]}
     return {
         "instruction": f"Rename every file whose name ends in .{old} so that it ends in .{new} instead "
-                       f"(`{words[0]}.{old}` becomes `{words[0]}.{new}`). Keep the contents; leave other files alone.",
+                       f"(`{words[0]}.{old}` becomes `{words[0]}.{new}`). Keep the contents; "
+                       "leave other files alone.",
         "files": dict(sorted({**renamed, **kept}.items())),
         "check": _check(RENAMED={f"{name[: -len(old)]}{new}": text for name, text in renamed.items()},
                         OLD=sorted(renamed), KEPT=kept, body=(
@@ -237,7 +246,8 @@ def _dedupe(rng: random.Random) -> dict[str, Any]:
         "check": _check(NAME=name, EXPECTED=unique, body=(
             'text = content(NAME)\n'
             'assert text is not None, f"{NAME} is missing"\n'
-            'assert text.splitlines() == EXPECTED, f"{NAME} does not hold each line once, in the original order"\n')),
+            'assert text.splitlines() == EXPECTED, f"{NAME} does not hold each line once, in '
+            'the original order"\n')),
         "solution": [f"awk '!seen[$0]++' {name} > {name}.new && mv {name}.new {name}"],
     }
 
@@ -281,8 +291,8 @@ def _replace_text(rng: random.Random) -> dict[str, Any]:
         "instruction": f"The server {old} has been renamed {new}. Replace every occurrence of {old} with "
                        f"{new} in all .conf files in the working directory. Leave the other files unchanged.",
         "files": dict(sorted({**configs, **others}.items())),
-        "check": _check(EXPECTED={name: text.replace(old, new) for name, text in configs.items()}, KEPT=others,
-                        body="unchanged(EXPECTED)\nunchanged(KEPT)\n"),
+        "check": _check(EXPECTED={name: text.replace(old, new) for name, text in configs.items()},
+                        KEPT=others, body="unchanged(EXPECTED)\nunchanged(KEPT)\n"),
         "solution": [f"sed -i 's/{sed_old}/{new}/g' *.conf"],
     }
 
@@ -330,7 +340,8 @@ def _draw(n: int, rng: random.Random, split: str, seen: set[str]) -> list[dict[s
     return tasks
 
 
-def make_tasks(n: int, seed: int = 0, split: str = "train", seen: set[str] | None = None) -> list[dict[str, Any]]:
+def make_tasks(n: int, seed: int = 0, split: str = "train",
+               seen: set[str] | None = None) -> list[dict[str, Any]]:
     """`n` tasks of `split`. Both splits come from one random stream, the test tasks after the
     `N_TRAIN` training ones (drawn, and added to `seen`, first): the same seed gives the shipped files."""
     rng = random.Random(seed)

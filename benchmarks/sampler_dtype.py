@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import torch
-from course_lib.warm_starts import course_warm_start
 
 from course_lib import runs_dir
 from course_lib.models import course_threads

@@ -37,7 +37,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from course_lib.warm_starts import WARM_START, mixed_hop_tasks, search_qa_warm_start_options
 from scipy.stats import binomtest
 
 from course_lib import Sizes, fast_mode, runs_dir

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from conftest import make_trajectory
-from course_lib.warm_starts import code_fix_warm_start_options, hack_demo_tasks
 
 from course_lib.envs import load_tasks, make_env
 from course_lib.envs.code_fix import HACK_OLD, VISIBLE_TESTS

@@ -143,6 +143,19 @@ def _note_reference(trajectory, task: dict[str, Any]) -> None:
         trajectory.info["reference"] = str(task["answer"])
 
 
+def _reset_all(make: Callable[[], Environment], tasks: list[dict[str, Any]], group_size: int,
+               envs: list[Environment], pool: ThreadPoolExecutor, stats: RolloutStats) -> list[str]:
+    """Build `group_size` environments per task into `envs` (one by one, so that the caller's `finally`
+    closes those made before a failure) and reset them in the pool; returns their first observations."""
+    t0 = time.perf_counter()
+    for _ in range(len(tasks) * group_size):
+        envs.append(make())
+    pairs = [(envs[i * group_size + j], task) for i, task in enumerate(tasks) for j in range(group_size)]
+    first = list(pool.map(lambda et: et[0].reset(et[1]), pairs))
+    stats.env_seconds += time.perf_counter() - t0
+    return first
+
+
 def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any]], group_size: int = 4,
             max_turns: int = 6, max_new_tokens: int = 96, temperature: float = 1.0, seed: int = 0, *,
             max_context: int = 2048, env_workers: int = 4, progress: bool = True,
@@ -176,20 +189,12 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
         return len(e.builder.token_ids) + extra + max_new_tokens <= max_context
 
     try:
-        t0 = time.perf_counter()
-        for _ in range(len(tasks) * group_size):  # one by one: `finally` closes those made before a failure
-            envs.append(make())
-        first_obs = list(pool.map(lambda et: et[0].reset(et[1]),
-                                  [(envs[i * group_size + j], task) for i, task in enumerate(tasks)
-                                   for j in range(group_size)]))
-        stats.env_seconds += time.perf_counter() - t0
+        first_obs = _reset_all(make, tasks, group_size, envs, pool, stats)
         episodes, groups = _start_episodes(tokenizer, envs, tasks, first_obs, max_turns=max_turns, seed=seed)
-        for e in episodes:
-            if not fits(e, 0):
-                raise ValueError(
-                    f"the first prompt of task {e.builder.traj.task_id!r} is {len(e.builder.token_ids)} "
-                    f"tokens: with max_new_tokens={max_new_tokens} no turn fits in "
-                    f"max_context={max_context}; raise max_context")
+        for e in (e for e in episodes if not fits(e, 0)):
+            raise ValueError(f"the first prompt of task {e.builder.traj.task_id!r} is "
+                             f"{len(e.builder.token_ids)} tokens: with max_new_tokens={max_new_tokens} no "
+                             f"turn fits in max_context={max_context}; raise max_context")
 
         for turn in range(max_turns):
             live = [e for e in episodes if not e.done]

@@ -239,7 +239,7 @@ def check_group_rewards(fn: Any) -> Any:
 def _grade_group_rewards(fn) -> str:
     import math
 
-    from course_lib.judge import JudgeScore
+    from course_lib.judge.scoring import JudgeScore
 
     good = [JudgeScore(0.0, "bad"), JudgeScore(1.0, "good"), JudgeScore(0.25, "meh")]
     got = fn(good)

@@ -5,7 +5,7 @@
     python benchmarks/judge_quality.py --judge runs/judge_warm_start/judge-<hash>/judge --out results.json
     python benchmarks/judge_quality.py --base-url http://host:8000/v1 --model Qwen2.5-14B-Instruct   # adds an endpoint
 
-Groups (`course_lib.judge_warm_start.labelled_groups`): per task, the expert's demonstration and rollouts of
+Groups (`course_lib.judge.warm_start.labelled_groups`): per task, the expert's demonstration and rollouts of
 a warm-started policy (`policy_warm_start`: the environment's course warm start, temperature 1); a task enters
 when a rollout failed, and its group is the expert, one failed rollout and group_size - 2 more rollouts. So the
 negatives are the policy's own failures, and some positives are the policy's own successes. Environments:
@@ -43,9 +43,9 @@ import torch
 
 from course_lib import runs_dir
 from course_lib.course.setup import pick
-from course_lib.judge import LocalJudge, OpenAIJudge
-from course_lib.judge_quality import judge_agreement
-from course_lib.judge_warm_start import (
+from course_lib.judge.backends import LocalJudge, OpenAIJudge
+from course_lib.judge.quality import judge_agreement
+from course_lib.judge.warm_start import (
     DEFAULT_TURNS,
     FORMAT,
     LIGHT_WARM_START,

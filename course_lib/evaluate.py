@@ -1,7 +1,7 @@
 """Held-out evaluation: greedy success rate on test tasks with a 95% Wilson interval (notebooks 01 to 11).
 
 Judge agreement (how often a judge ranks a group as its verifier does) lives with the judge,
-`course_lib.judge_quality.judge_agreement` (which the judge itself never imports).
+`course_lib.judge.quality.judge_agreement` (which the judge itself never imports).
 """
 
 from __future__ import annotations

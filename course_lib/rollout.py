@@ -138,7 +138,8 @@ def _start_episodes(tokenizer, envs: list[Environment], tasks: list[dict[str, An
 
 def _note_reference(trajectory, task: dict[str, Any]) -> None:
     """Keep the task's reference answer (its "answer" field, where it has one) in the trajectory's info: a
-    reference-guided judge shows it (`course_lib.judge.score_group(reference=...)`). Never in the context."""
+    reference-guided judge shows it (`course_lib.judge.scoring.score_group(reference=...)`). Never in the
+    context."""
     if task.get("answer") is not None:
         trajectory.info["reference"] = str(task["answer"])
 

@@ -94,7 +94,7 @@ class TrainConfig:
     task_filter: dict[str, Any] | None = None  # keep train/test tasks whose fields equal these, e.g. {"hops": 2}
     credit: str = "outcome"  # a method of course_lib.credit.CREDIT_METHODS: "outcome" (GRPO), "gigpo", "turn", "critic"
     credit_options: dict[str, Any] | None = None  # more options of the credit method, e.g. {"scale": "none"}
-    reward: str = "verifier"  # "verifier" (env reward), "judge" (course_lib.judge), "mix" of the two
+    reward: str = "verifier"  # "verifier" (env reward), "judge" (course_lib.judge.scoring), "mix" of the two
     mix_weight: float = 0.5  # reward="mix": weight of the judge score, 1 − weight on the verifier
     rubric: str | None = None  # judge rubric (None: the judge's default)
     judge_method: str = "group"  # "group" (score_group, score_turns) or "pointwise" (P(yes): score_pointwise...)
@@ -173,9 +173,9 @@ class Batch:
 
 def _judge_module():  # imported on first use: a run without a judge never needs its dependencies
     try:
-        import course_lib.judge as judge
+        import course_lib.judge.scoring as judge
     except ImportError as exc:
-        raise RuntimeError(f"reward='judge'/'mix' and turn_reward='judge' need course_lib.judge, which did not "
+        raise RuntimeError(f"reward='judge'/'mix' and turn_reward='judge' need course_lib.judge.scoring, which did not "
                            f"import ({exc}); use reward='verifier' or install the judge's dependencies") from exc
     return judge
 
@@ -414,7 +414,7 @@ def _check(config: TrainConfig, judge: Any = None) -> None:  # wrong names and s
     for name, value in (("reward", config.reward), ("turn_reward", config.turn_reward)):
         if value in ("judge", "mix") and judge is None:  # else it fails only in the first step
             raise ValueError(f"{name}={value!r} needs a judge backend and there is no default one: pass "
-                             "judge= to train(), e.g. course_lib.judge.LocalJudge() with judge_method='pointwise' "
+                             "judge= to train(), e.g. course_lib.judge.backends.LocalJudge() with judge_method='pointwise' "
                              "(the embedded model) or OpenAIJudge(base_url=...) (a served one)")
 
 

@@ -15,25 +15,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from course_lib.judge import (
-    DEFAULT_RUBRIC,
-    Completion,
-    JudgeAnswerError,
+from course_lib.judge.answers import extract_json, parse_scores
+from course_lib.judge.backends import Completion, LocalJudge, OpenAIJudge, YesNo
+from course_lib.judge.errors import JudgeAnswerError, JudgeUnavailable
+from course_lib.judge.prompts import DEFAULT_RUBRIC, group_prompt, render_messages
+from course_lib.judge.quality import judge_agreement
+from course_lib.judge.scoring import (
     JudgeMetrics,
-    JudgeUnavailable,
-    LocalJudge,
-    OpenAIJudge,
-    YesNo,
-    extract_json,
-    group_prompt,
-    parse_scores,
-    render_messages,
     score_group,
     score_pointwise,
     score_turns,
     score_turns_pointwise,
 )
-from course_lib.judge_quality import judge_agreement
 from course_lib.trajectory import Trajectory
 
 
@@ -277,8 +270,8 @@ def test_pointwise_judge_is_shown_the_rubric():
     """The rubric is part of the cache key, so the judge must read it: the system message of every question."""
     rubric = "Only an answer written in French counts as a success."
     judge = ScriptedYesNoJudge()
-    scores = score_pointwise([conv("Paris"), conv("Rome")], rubric, judge, use_cache=False)
-    turns = score_turns_pointwise(conv("Paris"), rubric, judge)
+    scores = score_pointwise([conv("Paris"), conv("Rome")], rubric, judge=judge, use_cache=False)
+    turns = score_turns_pointwise(conv("Paris"), rubric, judge=judge)
     assert [s.score for s in scores] == [0.7, 0.7] and list(turns) == [0.7] and len(judge.prompts) == 3
     for prompt in judge.prompts:
         assert prompt[0] == {"role": "system", "content": rubric}
@@ -361,29 +354,31 @@ def test_judge_agreement_pointwise_judges_once_and_has_no_order():
         judge_agreement("search_qa", judge, 1, groups=groups, method="logprob")
 
 
-def test_layering_errors_below_backends_below_judge_below_its_quality_harness():
-    """judge_errors imports no judge module; the backends import the errors, never the judge; the judge
-    never imports its quality harness or the policy's evaluation (read from the sources' imports)."""
+def test_layering_errors_below_backends_below_scoring_below_its_quality_harness():
+    """judge.errors imports no judge module; answers, prompts and the backends import none but the errors;
+    scoring never imports its quality harness, the server, the warm start, the policy's evaluation or the
+    trainer; the package's __init__ imports nothing (read from the sources' imports)."""
     import ast
     from pathlib import Path
 
     import course_lib
 
-    root = Path(course_lib.__file__).parent
+    root = Path(course_lib.__file__).parent / "judge"
 
     def imports(module: str) -> set[str]:
         tree = ast.parse((root / f"{module}.py").read_text())
         return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
                {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
 
-    judge_modules = {"course_lib.judge", "course_lib.judge_backends", "course_lib.judge_prompts",
-                     "course_lib.judge_quality", "course_lib.judge_server", "course_lib.judge_answers"}
-    assert not imports("judge_errors") & (judge_modules | {"course_lib.judge_errors"})
-    assert not imports("judge_answers") & judge_modules
-    assert not imports("judge_backends") & (judge_modules - {"course_lib.judge_backends"})
-    assert not imports("judge_prompts") & judge_modules
-    assert not imports("judge") & {"course_lib.judge_quality", "course_lib.evaluate", "course_lib.judge_server",
-                                   "course_lib.train"}
+    judge_modules = {"course_lib.judge"} | {f"course_lib.judge.{m}" for m in (
+        "errors", "answers", "prompts", "backends", "scoring", "quality", "server", "warm_start")}
+    assert not imports("__init__")
+    assert not imports("errors") & judge_modules
+    for module in ("answers", "prompts", "backends"):
+        assert not imports(module) & (judge_modules - {"course_lib.judge.errors"}), module
+    assert not imports("scoring") & {"course_lib.judge", "course_lib.judge.quality",
+                                     "course_lib.judge.server", "course_lib.judge.warm_start",
+                                     "course_lib.evaluate", "course_lib.train"}
 
 
 def test_reversed_order_has_its_own_cache_entry(tmp_path):
@@ -421,7 +416,7 @@ def free_port() -> int:
 
 
 def test_openai_judge_against_the_local_judge_server(policy):
-    from course_lib.judge_server import serve_in_thread
+    from course_lib.judge.server import serve_in_thread
 
     model, tokenizer = policy
     server, base_url = serve_in_thread(port=0, model=model, tokenizer=tokenizer)
@@ -435,8 +430,8 @@ def test_openai_judge_against_the_local_judge_server(policy):
         assert 1 <= answer.completion_tokens <= 4
         assert judge.name.endswith(":smollm2-135m")  # the model name comes from /v1/models
         metrics = JudgeMetrics()
-        scores = score_group([conv("Paris"), conv("Rome")], "Score 0 to 1.", judge, answer="json", max_tokens=8,
-                             max_retries=0, use_cache=False, metrics=metrics)
+        scores = score_group([conv("Paris"), conv("Rome")], "Score 0 to 1.", judge=judge, answer="json",
+                             max_tokens=8, max_retries=0, use_cache=False, metrics=metrics)
         assert len(scores) == 2 and metrics.calls == 1  # 8 tokens of a 135M model: valid or counted failure
         assert all(s.failed for s in scores) == (metrics.failed_groups == 1)
     finally:
@@ -447,7 +442,7 @@ def test_openai_judge_against_the_local_judge_server(policy):
 def test_score_group_over_http_reads_the_scores_a_served_judge_wrote():
     """The success path end to end: score_group -> OpenAIJudge -> HTTP -> the judge server's handler -> a
     backend that answers like a correct judge (rate_paris); the scores must come back by id."""
-    from course_lib.judge_server import make_handler
+    from course_lib.judge.server import make_handler
 
     class ServedScript:
         def __init__(self):
@@ -463,8 +458,8 @@ def test_score_group_over_http_reads_the_scores_a_served_judge_wrote():
     try:
         judge = OpenAIJudge(base_url=f"http://127.0.0.1:{server.server_port}/v1", timeout=10, max_retries=0)
         metrics = JudgeMetrics()
-        scores = score_group([conv("Rome"), conv("Paris"), conv("Lyon")], "Score 0 to 1.", judge, max_retries=0,
-                             use_cache=False, metrics=metrics)
+        scores = score_group([conv("Rome"), conv("Paris"), conv("Lyon")], "Score 0 to 1.", judge=judge,
+                             max_retries=0, use_cache=False, metrics=metrics)
         finish = []
         for max_tokens in (20, 21):  # the backend always writes 20 tokens: cut at 20, complete under 21
             body = json.dumps({"messages": conv("Paris"), "max_tokens": max_tokens}).encode()
@@ -482,7 +477,7 @@ def test_score_group_over_http_reads_the_scores_a_served_judge_wrote():
 
 
 def test_judge_server_answers_500_when_its_model_fails():
-    from course_lib.judge_server import make_handler
+    from course_lib.judge.server import make_handler
 
     class Broken:
         def complete_with_usage(self, messages, *, max_tokens=512, temperature=0.0):
@@ -505,7 +500,7 @@ def test_judge_server_answers_500_when_its_model_fails():
 def test_judge_server_reports_each_requests_own_usage():
     """Concurrent requests (ThreadingHTTPServer) wait on the judge's lock; each answer must report
     the tokens of its own generation, not whatever the judge counted meanwhile."""
-    from course_lib.judge_server import make_handler
+    from course_lib.judge.server import make_handler
 
     class SlowJudge:
         """LocalJudge's interface with a fixed answer instead of a model: 100 prompt + 5 completion tokens."""
@@ -672,13 +667,14 @@ def test_local_judge_cuts_the_trajectories_not_the_rubric(policy):
 def test_local_judge_too_small_for_its_rubric_fails_the_group(policy):
     """When the instructions alone exceed max_prompt_tokens, the group fails with the token counts, no
     crash: in process (group and pointwise) and behind the judge server, which answers 400 as vLLM would."""
-    from course_lib.judge_server import serve_in_thread
+    from course_lib.judge.server import serve_in_thread
 
     model, tokenizer = policy
     metrics = JudgeMetrics()
 
     def check(judge, score=score_group) -> None:
-        scores = score([conv("Paris"), conv("Rome")], DEFAULT_RUBRIC, judge, use_cache=False, metrics=metrics)
+        scores = score([conv("Paris"), conv("Rome")], DEFAULT_RUBRIC, judge=judge, use_cache=False,
+                       metrics=metrics)
         assert all(s.failed for s in scores) and "max_prompt_tokens=40" in scores[0].explanation
 
     small = LocalJudge(model=model, tokenizer=tokenizer, max_prompt_tokens=40)
@@ -746,7 +742,7 @@ def test_rl_run_rewarded_only_by_the_local_judge(tmp_path, policy, monkeypatch):
     """summarize has no verifier: every reward of this short RL run comes from the embedded model as judge,
     asked pointwise because the run says so; each step's row logs what the judge cost."""
     # an empty judge cache: judgings cached by earlier runs on this machine would cost no calls and no tokens
-    monkeypatch.setattr("course_lib.judge._default_cache_dir", lambda: tmp_path / "judge-cache")
+    monkeypatch.setattr("course_lib.judge.scoring._default_cache_dir", lambda: tmp_path / "judge-cache")
     model, tokenizer = policy
     judge = LocalJudge(model=model, tokenizer=tokenizer)
     result, rows = _judge_run(tmp_path, judge=judge, judge_method="pointwise")

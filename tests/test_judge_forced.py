@@ -9,18 +9,16 @@ import re
 
 import pytest
 
-from course_lib.judge import (
+from course_lib.judge.answers import expected_digit
+from course_lib.judge.backends import ForcedScores, LocalJudge, OpenAIJudge
+from course_lib.judge.prompts import (
     DEFAULT_RUBRIC,
-    ForcedScores,
-    JudgeMetrics,
-    LocalJudge,
-    OpenAIJudge,
-    expected_digit,
+    SCORES_HEADER,
     forced_group_prompt,
-    score_group,
+    score_line,
     shared_prefix,
 )
-from course_lib.judge_prompts import SCORES_HEADER, score_line
+from course_lib.judge.scoring import JudgeMetrics, score_group
 
 PREFIX = [{"role": "system", "content": "Answer questions."}, {"role": "user", "content": "Capital of France?"}]
 
@@ -238,10 +236,10 @@ def test_local_forced_reads_each_line_as_if_alone(policy, search_qa_pair):
 
 
 def test_endpoint_forced_scores_over_the_real_judge_server(policy, search_qa_pair):
-    """OpenAIJudge -> HTTP -> course_lib.judge_server with the embedded model: the endpoint serves the
+    """OpenAIJudge -> HTTP -> course_lib.judge.server with the embedded model: the endpoint serves the
     completions API with logprobs, so auto reads forced positions there too, and gets what the model
     gives in process (the top 20 tokens hold nearly all the digits' mass)."""
-    from course_lib.judge_server import serve_in_thread
+    from course_lib.judge.server import serve_in_thread
 
     model, tokenizer = policy
     expert, swapped = search_qa_pair
@@ -252,8 +250,8 @@ def test_endpoint_forced_scores_over_the_real_judge_server(policy, search_qa_pai
         assert judge.can_force()
         metrics = JudgeMetrics()
         served = score_group([expert, swapped], judge=judge, use_cache=False, metrics=metrics)
-        as_json = score_group([conv("Paris"), conv("Rome")], "Score 0 to 1.", judge, answer="json", max_tokens=8,
-                              max_retries=0, use_cache=False)
+        as_json = score_group([conv("Paris"), conv("Rome")], "Score 0 to 1.", judge=judge, answer="json",
+                              max_tokens=8, max_retries=0, use_cache=False)
     finally:
         server.shutdown()
         server.server_close()

@@ -19,9 +19,10 @@ import pytest
 import torch
 
 from course_lib.envs import load_tasks, make_env
-from course_lib.judge import LocalJudge, score_group
-from course_lib.judge_quality import bootstrap_interval, pairwise_agreement
-from course_lib.judge_warm_start import (
+from course_lib.judge.backends import LocalJudge
+from course_lib.judge.quality import bootstrap_interval, pairwise_agreement
+from course_lib.judge.scoring import score_group
+from course_lib.judge.warm_start import (
     HIGH_DIGIT,
     LOW_DIGIT,
     JudgeWarmStartSizes,
@@ -178,7 +179,8 @@ def _margin(judge: LocalJudge, groups: list[list[Trajectory]]) -> tuple[float, f
     """(mean score of successes − mean score of failures, pairwise accuracy), through score_group itself."""
     gaps, agree, pairs = [], 0.0, 0
     for group in groups:
-        scores = [s.score for s in score_group(group, SHORT_RUBRIC, judge, use_cache=False, answer="forced")]
+        judged = score_group(group, SHORT_RUBRIC, judge=judge, use_cache=False, answer="forced")
+        scores = [s.score for s in judged]
         rewards = [t.reward for t in group]
         gaps.append(scores[0] - sum(scores[1:]) / 2)
         a, p = pairwise_agreement(scores, rewards)
@@ -190,7 +192,7 @@ def test_training_moves_forced_scores_toward_the_labels_and_resumes_after_ctrl_c
     """Two steps on two groups (read in two orders each): a Ctrl+C in the second step keeps the first as a
     checkpoint, a second call resumes and finishes, and the judge loaded by path scores the successes
     further above the failures than the base judge did, ranking every pair right."""
-    import course_lib.judge_warm_start as jws
+    import course_lib.judge.warm_start as jws
 
     base = LocalJudge(dtype="bf16-autocast")
     groups = _answer_groups(base.tokenizer)

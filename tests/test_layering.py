@@ -110,18 +110,33 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+# The modules of the judge package, from the bottom up.
+JUDGE_MODULES = ("errors", "answers", "prompts", "backends", "scoring", "quality", "server", "warm_start")
+
+
+def _judge_modules_but(*allowed: str) -> list[str]:
+    return [f"course_lib.judge.{m}" for m in JUDGE_MODULES if m not in allowed]
+
+
 @pytest.mark.parametrize("low, forbidden", [
     # credit takes numbers and returns advantages: no training, judging, warm start or evaluation code
-    ("course_lib.credit", ["course_lib.train", "course_lib.judge", "course_lib.judge_backends", "course_lib.sft",
+    ("course_lib.credit", ["course_lib.train", "course_lib.judge", "course_lib.sft",
                            "course_lib.evaluate", "course_lib.checkpoint", "course_lib.rollout"]),
     # batching and the model forward know nothing of advantages or configs
     ("course_lib.batching", ["course_lib.credit", "course_lib.train", "course_lib.sft", "course_lib.evaluate"]),
     # checkpoints and the metrics file take plain data, not TrainConfig
     ("course_lib.checkpoint", ["course_lib.train", "course_lib.credit", "course_lib.evaluate"]),
-    # the judge does not import evaluation; its error types sit below the judge and its backends
-    ("course_lib.judge", ["course_lib.evaluate", "course_lib.train"]),
-    ("course_lib.judge_backends", ["course_lib.judge", "course_lib.evaluate", "course_lib.train"]),
-    ("course_lib.judge_errors", ["course_lib.judge", "course_lib.judge_backends"]),
+    # nothing under the judge imports the trainer, evaluation or the course's own helpers
+    ("course_lib.judge", ["course_lib.evaluate", "course_lib.train", "course_lib.notebook",
+                          "course_lib.course", "course_lib.exercises", "course_lib.exercises_late",
+                          "course_lib.grading", "course_lib.solutions"]),
+    # inside the judge: errors <- answers, prompts, backends <- scoring <- quality, server, warm_start
+    ("course_lib.judge.errors", _judge_modules_but("errors")),
+    ("course_lib.judge.answers", _judge_modules_but("errors", "answers")),
+    ("course_lib.judge.prompts", _judge_modules_but("errors", "prompts")),
+    ("course_lib.judge.backends", _judge_modules_but("errors", "backends")),
+    ("course_lib.judge.scoring", ["course_lib.judge.quality", "course_lib.judge.server",
+                                  "course_lib.judge.warm_start"]),
     # environments never import their task generators
     ("course_lib.envs", ["course_lib.tasks"]),
 ])

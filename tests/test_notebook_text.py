@@ -99,7 +99,7 @@ GOOD = [
     "Greedy decoding, so the answer is the same on every run on the same machine.",
     "seeds 1, 2 and 3 all read detour, guess, expert, and only seed 0 differs",
     "GiGPO (Group-in-Group Policy Optimization, Feng et al. 2025) notices that",
-    "a tool call is JSON between `<tool_call>` tags; run `python -m course_lib.judge_server --port 8011`",
+    "a tool call is JSON between `<tool_call>` tags; run `python -m course_lib.judge.server --port 8011`",
     "Expected time: about 2 minutes with `COURSE_FAST=1` on a 2-core CPU; see the README.",
     "May the best policy win: the scores decide, in March or in May.",
     "the first hex digits of its SHA-256, as in t3f9a",

@@ -126,7 +126,7 @@ class RecordsPrompts:
         self.prompts: list[str] = []
 
     def forced_scores(self, messages, header, lines):
-        from course_lib.judge import ForcedScores
+        from course_lib.judge.backends import ForcedScores
 
         self.prompts.append(messages[1]["content"])
         return ForcedScores([[1.0 if d == 5 else 0.0 for d in range(10)] for _ in lines], 10)
@@ -138,10 +138,10 @@ def test_the_trainer_shows_the_task_reference_to_the_group_judge_only_when_asked
     """expert_rollout (as rollout) keeps each task's answer in info["reference"], never in the messages;
     reward="judge" with judge_reference=True passes it to the group judge, which shows it after the context.
     The judge's disk cache is a fresh folder: an answer cached by an earlier run would skip the call."""
-    import course_lib.judge
+    import course_lib.judge.scoring
     from course_lib.train import assign_rewards
 
-    monkeypatch.setattr(course_lib.judge, "_default_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(course_lib.judge.scoring, "_default_cache_dir", lambda: tmp_path)
 
     tasks = load_tasks("search_qa", "train")[:2]
     trajs = expert_rollout(tokenizer, "search_qa", tasks)
@@ -165,10 +165,10 @@ def test_unfinished_reward_overrules_the_judge_for_episodes_cut_at_the_turn_limi
     """The hard rule outside the judge (notebook 09): an episode the environment cut at its turn limit gets
     `unfinished_reward` whatever the judge (or verifier) gave it; a finished episode keeps its score. Without
     the rule the judge's score stands. The cut episode is the expert's, stopped after its first search."""
-    import course_lib.judge
+    import course_lib.judge.scoring
     from course_lib.train import assign_rewards
 
-    monkeypatch.setattr(course_lib.judge, "_default_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(course_lib.judge.scoring, "_default_cache_dir", lambda: tmp_path)
     task = load_tasks("search_qa", "train")[:1]
     finished, cut = expert_rollout(tokenizer, "search_qa", task)[0], expert_rollout(tokenizer, "search_qa", task, max_turns=1)[0]
     assert cut.unfinished and cut.num_turns == 1 and not finished.unfinished and finished.success

@@ -3,7 +3,7 @@
 The task asks what the encyclopedia says about one entity ("What does the encyclopedia say about the
 Orrin Guild?"). The agent has search_qa's `search` tool and ends with ``<answer>`` holding one or two
 sentences. There is no single right wording, so `score()` returns 0.0 and marks the episode with
-``info["needs_judge"] = True``: only a judge (`course_lib.judge.score_group`) can reward it.
+``info["needs_judge"] = True``: only a judge (`course_lib.judge.scoring.score_group`) can reward it.
 
 Tasks are derived from search_qa's questions by `course_lib.tasks.summarize`: the subject is the first
 entity of a search_qa question's chain, each subject once.

@@ -390,7 +390,7 @@ def verifier_reward(prompts: list, completions: list, env_reward: list[float] | 
 
 
 def make_judge_reward(judge, rubric: str | None = None, *, seed: int = 0) -> Callable[..., list[float]]:
-    """TRL reward function from our group judge (`course_lib.judge.score_group`).
+    """TRL reward function from our group judge (`course_lib.judge.scoring.score_group`).
 
     Consecutive rows with the same prompt are one group (TRL's layout) and are judged together, each
     trajectory whole (``trajectory_messages`` from our rollout function, else prompt + completion).
@@ -399,7 +399,8 @@ def make_judge_reward(judge, rubric: str | None = None, *, seed: int = 0) -> Cal
     multiple of num_generations, or a group split over two processes is judged as two smaller groups
     (relative scores from two calls), unlike the verifier's reward, which is per trajectory.
     """
-    from course_lib.judge import DEFAULT_RUBRIC, score_group
+    from course_lib.judge.prompts import DEFAULT_RUBRIC
+    from course_lib.judge.scoring import score_group
 
     def judge_reward(prompts: list, completions: list, trajectory_messages: list | None = None,
                      **kwargs: Any) -> list[float]:
@@ -452,7 +453,7 @@ def build_trainer(env_name: str = "search_qa", adapter: str = "rollout_func", *,
 
     model: a course model name (`course_lib.models.resolve_model_path`) or a checkpoint folder.
     args: a `GRPOConfig` (default: :func:`grpo_config`).
-    judge: a `course_lib.judge` backend; adds the judge as a second reward (rollout_func adapter).
+    judge: a `course_lib.judge.backends` backend; adds the judge as a second reward (rollout_func adapter).
     """
     from transformers import AutoTokenizer
     from trl import GRPOTrainer

@@ -1,6 +1,6 @@
 """A small OpenAI-compatible chat-completions server that answers from a local model.
 
-    python -m course_lib.judge_server --port 8011            # the embedded SmolLM2-135M
+    python -m course_lib.judge.server --port 8011            # the embedded SmolLM2-135M
     COURSE_JUDGE_BASE_URL=http://127.0.0.1:8011/v1 ...        # then OpenAIJudge() talks to it
 
 It serves ``POST /v1/chat/completions`` (messages, max_tokens, temperature; no streaming),
@@ -23,8 +23,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from course_lib.judge_backends import LocalJudge
-from course_lib.judge_errors import JudgeRequestRejected
+from course_lib.judge.backends import LocalJudge
+from course_lib.judge.errors import JudgeRequestRejected
 
 
 def _error(status: int, message: str) -> tuple[int, dict[str, Any]]:

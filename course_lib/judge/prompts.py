@@ -1,11 +1,11 @@
 """What the judge is shown: the rubrics, trajectories rendered as text, content ids, and the prompts.
 
-`course_lib.judge` asks these prompts and reads the answers. Three prompts:
+`course_lib.judge.scoring` asks these prompts and reads the answers. Three prompts:
 
 * `group_prompt`: the rubric and the JSON answer format (system), the context every trajectory shares
   once, then each trajectory's remainder under its id, then the list of ids to score;
   `forced_group_prompt` is the same group with a one-digit-per-line answer format, whose answer the
-  judge does not write: `course_lib.judge` forces its start (`SCORES_HEADER`, then `score_line(id)`)
+  judge does not write: `course_lib.judge.scoring` forces its start (`SCORES_HEADER`, then `score_line(id)`)
   and reads the digit's probabilities;
 * `pointwise_prompt`: one trajectory alone, the rubric as the system message, a yes/no question;
 * `turn_prompt` (and `turn_pointwise_prompt`): the turns of one trajectory, numbered.
@@ -153,7 +153,7 @@ def forced_group_prompt(prefix: list[dict[str, str]], remainders: dict[str, list
     """The group as in `group_prompt`, with an answer format of one line per id, ``id <id>: <digit>``.
 
     The digit d stands for the score d / 9 (0 useless, 9 perfect): a rubric's "scores from 0 to 1" is
-    read on that scale. The judge never writes the answer: `course_lib.judge.score_group` forces
+    read on that scale. The judge never writes the answer: `course_lib.judge.scoring.score_group` forces
     `SCORES_HEADER` and each `score_line` and reads the digit's probabilities.
     """
     # made-up ids and recaps (see `score_line`): no score is suggested for a real trajectory

@@ -41,10 +41,14 @@ For both:
   and how many judgings were pointwise) on the result's ``metrics``; pass ``metrics=`` to add them
   to a total you keep. There is no module-wide counter.
 
-Around it: the rubrics and prompts are in `course_lib.judge_prompts`, reading answers (JSON, forced
-digits) in `course_lib.judge_answers`, the backends (`LocalJudge`, `OpenAIJudge`) in
-`course_lib.judge_backends`, the errors in `course_lib.judge_errors` (all re-exported here), and the measurement against a verifier in `course_lib.judge_quality`, which imports this module
-(never the reverse).
+Every function takes its backend as the keyword-only ``judge=`` and checks, before asking, that it has
+what the judging needs (the Protocols of `course_lib.judge.backends`: `ChatBackend`, `YesNoBackend`,
+`ForcedBackend`); one that lacks it raises TypeError naming the judging that would work.
+
+Around it: the rubrics and prompts are in `course_lib.judge.prompts`, reading answers (JSON, forced
+digits) in `course_lib.judge.answers`, the backends (`LocalJudge`, `OpenAIJudge`) and their contract in
+`course_lib.judge.backends`, the errors in `course_lib.judge.errors`, and the measurement against a
+verifier in `course_lib.judge.quality`, which imports this module (never the reverse).
 """
 
 from __future__ import annotations
@@ -61,10 +65,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from course_lib.judge_answers import MIN_DIGIT_MASS, expected_digit, extract_json, parse_scores
-from course_lib.judge_backends import Completion, ForcedScores, LocalJudge, OpenAIJudge, YesNo
-from course_lib.judge_errors import JudgeAnswerError, JudgeRequestRejected, JudgeUnavailable
-from course_lib.judge_prompts import (
+from course_lib.judge.answers import MIN_DIGIT_MASS, expected_digit, parse_scores
+from course_lib.judge.backends import ChatBackend, ForcedBackend, ForcingCheck, UsageBackend, YesNoBackend
+from course_lib.judge.errors import JudgeAnswerError, JudgeRequestRejected
+from course_lib.judge.prompts import (
     DEFAULT_RUBRIC,
     SCORES_HEADER,
     TURN_RUBRIC,
@@ -84,15 +88,10 @@ from course_lib.trajectory import Trajectory
 
 __all__ = [
     # the judges
-    "METHODS", "GROUP_ANSWERS", "group_layout", "score_group", "score_pointwise", "score_turns", "score_turns_pointwise",
+    "METHODS", "GROUP_ANSWERS", "group_layout", "score_group", "score_pointwise", "score_turns",
+    "score_turns_pointwise",
     # what they return
     "JudgeScore", "GroupScores", "TurnScores", "JudgeMetrics",
-    # reading answers
-    "extract_json", "parse_scores", "expected_digit",
-    # re-exported: prompts (judge_prompts), backends (judge_backends), errors (judge_errors)
-    "DEFAULT_RUBRIC", "TURN_RUBRIC", "render_messages", "shared_prefix", "group_prompt", "forced_group_prompt",
-    "pointwise_prompt", "turn_prompt", "LocalJudge", "OpenAIJudge", "Completion", "ForcedScores", "YesNo",
-    "JudgeUnavailable", "JudgeAnswerError", "JudgeRequestRejected",
 ]
 
 # The two ways to judge: "group" (the whole group at once, scores by id) and "pointwise" (P(yes) one at a time).
@@ -195,11 +194,12 @@ class TurnScores(list):
 # ----- asking with bounded retries ------------------------------------------------------------------
 
 
-def _call(judge, messages: list[dict[str, str]], *, max_tokens: int, metrics: JudgeMetrics) -> str:
+def _call(judge: ChatBackend, messages: list[dict[str, str]], *, max_tokens: int,
+          metrics: JudgeMetrics) -> str:
     """One chat call to the backend, counted in `metrics` (a refused call too). Raises JudgeRequestRejected."""
     t0 = time.perf_counter()
     try:
-        if hasattr(judge, "complete_with_usage"):
+        if isinstance(judge, UsageBackend):
             text, prompt_tokens, completion_tokens = judge.complete_with_usage(messages, max_tokens=max_tokens,
                                                                                temperature=0.0)
             metrics.tokens += prompt_tokens + completion_tokens
@@ -210,8 +210,9 @@ def _call(judge, messages: list[dict[str, str]], *, max_tokens: int, metrics: Ju
         metrics.seconds += time.perf_counter() - t0
 
 
-def _ask(judge, messages: list[dict[str, str]], expected: list[str], *, key: str, max_retries: int,
-         max_tokens: int, metrics: JudgeMetrics) -> tuple[dict[str, tuple[float, str]] | None, str]:
+def _ask(judge: ChatBackend, messages: list[dict[str, str]], expected: list[str], *, key: str,
+         max_retries: int, max_tokens: int,
+         metrics: JudgeMetrics) -> tuple[dict[str, tuple[float, str]] | None, str]:
     """Ask, and re-ask with the error at most `max_retries` times: (scores, "") or (None, why it failed).
 
     A request the judge rejects (`JudgeRequestRejected`) is not re-asked.
@@ -238,7 +239,7 @@ def _ask(judge, messages: list[dict[str, str]], expected: list[str], *, key: str
     return None, f"judge failed after {max_retries + 1} tries: {error}"
 
 
-def _yes_no(judge, messages: list[dict[str, str]], metrics: JudgeMetrics) -> float:
+def _yes_no(judge: YesNoBackend, messages: list[dict[str, str]], metrics: JudgeMetrics) -> float:
     """One pointwise question to the backend: P(yes), counted in `metrics`. Raises JudgeRequestRejected."""
     t0 = time.perf_counter()
     try:
@@ -250,7 +251,8 @@ def _yes_no(judge, messages: list[dict[str, str]], metrics: JudgeMetrics) -> flo
         metrics.seconds += time.perf_counter() - t0
 
 
-def _ask_forced(judge, messages: list[dict[str, str]], shown: dict[str, list[dict[str, str]]], *, min_mass: float,
+def _ask_forced(judge: ForcedBackend, messages: list[dict[str, str]],
+                shown: dict[str, list[dict[str, str]]], *, min_mass: float,
                 metrics: JudgeMetrics) -> tuple[dict[str, tuple[float, str]] | None, str]:
     """One forced-position read of a group (`shown`: {id: remainder} in the order read; each line recalls its
     trajectory's ending, see `score_line`): ({id: (score, explanation)}, "") or (None, why it failed).
@@ -312,7 +314,7 @@ def group_layout(conversations: list[list[dict[str, str]]]) -> tuple[list[dict[s
     """How a group judging lays a group out: (the messages all share, {id: the rest of each distinct
     trajectory} in input order, each trajectory's id in input order). Identical trajectories share one id;
     the ids depend on the set of contents only (`short_ids` over them sorted), as the cache key does.
-    `course_lib.judge_warm_start` trains a judge on exactly these prompts."""
+    `course_lib.judge.warm_start` trains a judge on exactly these prompts."""
     n_prefix = shared_prefix(conversations)
     texts = [render_messages(c[n_prefix:]) for c in conversations]
     contents = sorted(set(texts))
@@ -372,31 +374,46 @@ def _reading_orders(ids: list[str], seed: int, reverse: bool, two_orders: bool) 
     return [order, order[::-1]] if two_orders else [order]
 
 
-def _reads_forced(judge, answer: str) -> bool:
+def _named(judge: object) -> str:
+    """The backend's name for an error message (its repr when it has none)."""
+    return repr(getattr(judge, "name", judge))
+
+
+def _reads_forced(judge: ChatBackend | ForcedBackend, answer: str) -> bool:
     """Whether a group judging reads forced positions: `answer` "forced" or "json", or "auto" (forced when
-    the backend has `forced_scores` and says it can)."""
+    the backend is a `ForcedBackend` and, if it is a `ForcingCheck`, says it can). Raises TypeError for a
+    backend that cannot give the answer asked for."""
     if answer not in GROUP_ANSWERS:
         raise ValueError(f"answer must be one of {', '.join(GROUP_ANSWERS)}, got {answer!r}")
-    if answer == "json":
-        return False  # the backend is not asked whether it could
-    can = hasattr(judge, "forced_scores") and (not hasattr(judge, "can_force") or judge.can_force())
+    can = answer != "json" and isinstance(judge, ForcedBackend) and (
+        not isinstance(judge, ForcingCheck) or judge.can_force())  # "json": the backend is not asked
     if answer == "forced" and not can:
-        raise TypeError(f"judge {getattr(judge, 'name', judge)!r} cannot give next-token probabilities: "
+        raise TypeError(f"judge {_named(judge)} cannot give next-token probabilities: "
                         "use answer='json' (or 'auto')")
-    return can if answer == "auto" else answer == "forced"
+    if not can:
+        _check_chats(judge, "group judging with a JSON answer")
+    return can
 
 
-def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubric: str = DEFAULT_RUBRIC,
-                judge=None, *, seed: int = 0, two_orders: bool = False, reverse: bool = False,
-                answer: str = "auto", min_mass: float = MIN_DIGIT_MASS, max_retries: int = 2,
-                reference: str | None = None, cache_dir: str | Path | None = None, use_cache: bool = True,
-                max_tokens: int = 512, metrics: JudgeMetrics | None = None) -> GroupScores:
+def _check_chats(judge: object, judging: str) -> None:
+    """Raise TypeError unless `judge` answers chat prompts (`ChatBackend`), naming what would work instead."""
+    if not isinstance(judge, ChatBackend):
+        raise TypeError(f"judge {_named(judge)} cannot answer chat prompts ({judging} needs a backend with "
+                        "name and complete(messages, *, max_tokens, temperature) -> str, see "
+                        "course_lib.judge.backends.ChatBackend): use a LocalJudge or an OpenAIJudge")
+
+
+def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubric: str = DEFAULT_RUBRIC, *,
+                judge: ChatBackend | ForcedBackend, seed: int = 0, two_orders: bool = False,
+                reverse: bool = False, answer: str = "auto", min_mass: float = MIN_DIGIT_MASS,
+                max_retries: int = 2, reference: str | None = None, cache_dir: str | Path | None = None,
+                use_cache: bool = True, max_tokens: int = 512, metrics: JudgeMetrics | None = None) -> GroupScores:
     """Score a group of trajectories relative to each other, the judge reading the whole group at once:
     one JudgeScore per trajectory, in input order.
 
     trajectories: `Trajectory` objects (or plain chat-message lists) of one task.
-    judge: a backend (see `course_lib.judge_backends`) with ``name`` and ``forced_scores`` (forced reads)
-    or ``complete`` (JSON answers).
+    judge: a backend (keyword only): a `ForcedBackend` (forced reads) or a `ChatBackend` (JSON answers),
+    see `course_lib.judge.backends`.
     answer: "forced" (``method == "group_forced"``: the judge's answer is forced to ``Scores:\nid <id> (recap): ``
     and each score is the expected digit 0..9 at that position, divided by 9; see `expected_digit`),
     "json" (``method == "group_json"``: the judge writes a JSON list, re-asked at most `max_retries`
@@ -414,8 +431,6 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
     result's metrics count it (as does `metrics`, when given). A `JudgeUnavailable` from the backend is
     raised, not counted: an unreachable endpoint or a wrong key is a configuration problem, not a bad group.
     """
-    if judge is None:
-        raise ValueError("pass a judge backend, e.g. judge=LocalJudge() or judge=OpenAIJudge()")
     forced = _reads_forced(judge, answer)
     own = JudgeMetrics()
 
@@ -444,16 +459,16 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
     return _returned(scores, "group_forced" if forced else "group_json", own, metrics, ids=ids, orders=orders)
 
 
-def score_pointwise(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubric: str = DEFAULT_RUBRIC,
-                    judge=None, *, cache_dir: str | Path | None = None, use_cache: bool = True,
-                    metrics: JudgeMetrics | None = None) -> GroupScores:
+def score_pointwise(trajectories: Iterable[Trajectory | list[dict[str, str]]],
+                    rubric: str = DEFAULT_RUBRIC, *, judge: YesNoBackend, cache_dir: str | Path | None = None,
+                    use_cache: bool = True, metrics: JudgeMetrics | None = None) -> GroupScores:
     """Score each distinct trajectory of a group alone: score = P(yes) for "did the agent complete the task
     correctly?" (``method == "pointwise"``), one JudgeScore per trajectory, in input order.
 
-    judge: a backend with ``yes_probability(messages) -> YesNo`` and ``name`` (`LocalJudge`). The
-    rubric is the system message of every question. No JSON to write, so no re-asks: a score is
-    always a number in [0, 1], unless the backend rejects a prompt (too long), which fails the group
-    (NaN, ``failed=True``, counted). There is no order, hence no position bias; but nothing is
+    judge: a `YesNoBackend` (keyword only): ``yes_probability(messages) -> YesNo`` and ``name``
+    (`LocalJudge`). The rubric is the system message of every question. No JSON to write, so no re-asks:
+    a score is always a number in [0, 1], unless the backend rejects a prompt (too long), which fails the
+    group (NaN, ``failed=True``, counted). There is no order, hence no position bias; but nothing is
     compared either: the scores are absolute, which a weak judge bunches near one value.
     """
     _check_reads_yes_no(judge)
@@ -472,16 +487,15 @@ def score_pointwise(trajectories: Iterable[Trajectory | list[dict[str, str]]], r
     return _returned(scores, "pointwise", own, metrics, ids=ids)
 
 
-def _check_reads_yes_no(judge) -> None:
-    if judge is None:
-        raise ValueError("pass a judge backend that reads P(yes), e.g. judge=LocalJudge()")
-    if not hasattr(judge, "yes_probability"):
-        raise TypeError(f"judge {getattr(judge, 'name', judge)!r} cannot read P(yes) from its next-token "
+def _check_reads_yes_no(judge: object) -> None:
+    if not isinstance(judge, YesNoBackend):
+        raise TypeError(f"judge {_named(judge)} cannot read P(yes) from its next-token "
                         "distribution (a served model answers text only): judge it with score_group / "
                         "score_turns, or use a LocalJudge")
 
 
-def _pointwise_score(judge, messages: list[dict[str, str]], metrics: JudgeMetrics) -> tuple[float, str]:
+def _pointwise_score(judge: YesNoBackend, messages: list[dict[str, str]],
+                     metrics: JudgeMetrics) -> tuple[float, str]:
     p = _yes_no(judge, messages, metrics)
     return p, f"P(yes) = {p:.3f}"
 
@@ -489,16 +503,17 @@ def _pointwise_score(judge, messages: list[dict[str, str]], metrics: JudgeMetric
 # ----- the per-turn judge -----------------------------------------------------------------------------
 
 
-def score_turns(trajectory: Trajectory | list[dict[str, str]], rubric: str = TURN_RUBRIC, judge=None, *,
-                max_retries: int = 2, max_tokens: int = 512, metrics: JudgeMetrics | None = None) -> TurnScores:
+def score_turns(trajectory: Trajectory | list[dict[str, str]], rubric: str = TURN_RUBRIC, *,
+                judge: ChatBackend, max_retries: int = 2, max_tokens: int = 512,
+                metrics: JudgeMetrics | None = None) -> TurnScores:
     """Score every turn of one trajectory in one judge call: was this action useful given what was known?
     One float per turn (``method == "group"``: all turns judged together, in one JSON answer).
 
-    Same protocol as `score_group` (JSON, checked turn numbers, bounded re-asks). On failure (a
-    rejected request included) the result has ``failed=True`` and NaN scores, and its metrics count it.
+    judge: a `ChatBackend` (keyword only). Same protocol as `score_group` (JSON, checked turn numbers,
+    bounded re-asks). On failure (a rejected request included) the result has ``failed=True`` and NaN
+    scores, and its metrics count it.
     """
-    if judge is None:
-        raise ValueError("pass a judge backend, e.g. judge=LocalJudge() or judge=OpenAIJudge()")
+    _check_chats(judge, "turn judging")
     context, turns = trajectory_turns(trajectory)
     own = JudgeMetrics()
     if turns:
@@ -512,13 +527,13 @@ def score_turns(trajectory: Trajectory | list[dict[str, str]], rubric: str = TUR
     return _turns_returned(scored, why, len(turns), "group", own, metrics)
 
 
-def score_turns_pointwise(trajectory: Trajectory | list[dict[str, str]], rubric: str = TURN_RUBRIC, judge=None,
-                          *, metrics: JudgeMetrics | None = None) -> TurnScores:
+def score_turns_pointwise(trajectory: Trajectory | list[dict[str, str]], rubric: str = TURN_RUBRIC, *,
+                          judge: YesNoBackend, metrics: JudgeMetrics | None = None) -> TurnScores:
     """Score every turn of one trajectory on its own: for turn t the judge reads the task and turns 1..t,
     and the score is P(yes) for "was the last action a useful, well-formed next step?"
     (``method == "pointwise"``). One backend question per turn.
 
-    judge: a backend with ``yes_probability`` (`LocalJudge`). The rubric is the system message (without
+    judge: a `YesNoBackend` (keyword only; `LocalJudge`). The rubric is the system message (without
     the JSON answer format, which does not apply). A rejected prompt fails the trajectory (NaN scores,
     ``failed=True``, counted).
     """

@@ -3,7 +3,7 @@
     groups = verifier_groups("gridworld", 24)                  # expert demonstrations + policy rollouts
     judge_agreement("gridworld", LocalJudge(), 24, groups=groups, method="pointwise")
 
-This module sits above `course_lib.judge` (it calls the judges); the judge never imports it.
+This module sits above `course_lib.judge.scoring` (it calls the judges); the judge never imports it.
 `course_lib.evaluate` may re-export it beside the policy's own evaluation.
 """
 
@@ -16,16 +16,9 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from course_lib import wilson_interval
-from course_lib.judge import (
-    DEFAULT_RUBRIC,
-    METHODS,
-    GroupScores,
-    JudgeMetrics,
-    LocalJudge,
-    render_messages,
-    score_group,
-    score_pointwise,
-)
+from course_lib.judge.backends import LocalJudge
+from course_lib.judge.prompts import DEFAULT_RUBRIC, render_messages
+from course_lib.judge.scoring import METHODS, GroupScores, JudgeMetrics, score_group, score_pointwise
 from course_lib.trajectory import Trajectory
 
 
@@ -81,10 +74,11 @@ def _judgings(trajectories: list[Trajectory], judge, method: str, *, seed: int, 
     could draw the same order), reference-guided when `references` and the group's trajectories carry one
     (``info["reference"]``); pointwise: once, as it has no order."""
     if method == "pointwise":
-        return [score_pointwise(trajectories, rubric, judge, use_cache=False, metrics=metrics)]
+        return [score_pointwise(trajectories, rubric, judge=judge, use_cache=False, metrics=metrics)]
     reference = trajectories[0].info.get("reference") if references else None
-    return [score_group(trajectories, rubric, judge, seed=seed, reverse=reverse, max_retries=max_retries,
-                        reference=reference, use_cache=False, max_tokens=max_tokens, metrics=metrics)
+    return [score_group(trajectories, rubric, judge=judge, seed=seed, reverse=reverse,
+                        max_retries=max_retries, reference=reference, use_cache=False, max_tokens=max_tokens,
+                        metrics=metrics)
             for reverse in (False, True)]
 
 

@@ -1,7 +1,7 @@
 """The judge's errors, in a module of their own so that both the judge and its backends can raise them.
 
-Layering: ``judge_errors`` <- ``judge_backends`` <- ``judge`` <- ``judge_quality``; nothing here imports
-the judge.
+Layering: ``errors`` <- ``backends`` <- ``scoring`` <- ``quality`` (modules of `course_lib.judge`); nothing
+here imports the judge.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 at a forced position. Each either returns scores or raises `JudgeAnswerError` with a message the judge
 (or its caller) can act on.
 
-Layering: ``judge_errors`` <- ``judge_answers`` <- ``judge``; nothing here imports a judge module.
+Layering: ``errors`` <- ``answers`` <- ``scoring`` (modules of `course_lib.judge`); nothing here imports
+another judge module.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 import re
 from typing import Any
 
-from course_lib.judge_errors import JudgeAnswerError
+from course_lib.judge.errors import JudgeAnswerError
 
 # Scores may overshoot [0, 1] by float noise only; anything larger is an error the judge must fix.
 SCORE_TOLERANCE = 1e-6

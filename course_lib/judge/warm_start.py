@@ -60,10 +60,10 @@ from course_lib.checkpoint import (
     truncate_metrics,
 )
 from course_lib.envs import ENVIRONMENTS, load_tasks
-from course_lib.judge import DEFAULT_RUBRIC, LocalJudge, group_layout
-from course_lib.judge_errors import JudgeRequestRejected
-from course_lib.judge_prompts import SCORES_HEADER, forced_group_prompt, score_line
-from course_lib.train import TrainConfig
+from course_lib.judge.backends import LocalJudge
+from course_lib.judge.errors import JudgeRequestRejected
+from course_lib.judge.prompts import DEFAULT_RUBRIC, SCORES_HEADER, forced_group_prompt, score_line
+from course_lib.judge.scoring import group_layout
 from course_lib.trajectory import Trajectory
 
 TRAIN_ENVS = tuple(name for name, spec in ENVIRONMENTS.items() if spec.teaches_judge)  # search_qa, gridworld
@@ -73,11 +73,16 @@ HIGH_DIGIT, LOW_DIGIT = 8, 1  # target digits for verifier reward 1 and 0 (see t
 ROLLOUT_TURNS = {name: spec.rollout_turns for name, spec in ENVIRONMENTS.items() if spec.rollout_turns}
 DEFAULT_TURNS = 6
 # The version of what the code makes of the options: the groups' records, the rollouts, the readings' prompts
-# (here and in judge_prompts / judge.group_layout) and the targets. Bump it on any such change: it is part of
-# every cache key (`ensure_judge_warm_start`, benchmarks/judge_quality.py), so old caches are not reused.
+# (here and in judge.prompts / judge.scoring.group_layout) and the targets. Bump it on any such change: it is
+# part of every cache key (`ensure_judge_warm_start`, benchmarks/judge_quality.py), so old caches are not
+# reused.
 FORMAT = 2  # 2: reference-guided prompts (`task_reference`), score lines that recall each trajectory's ending
 # The judge is trained on prompts cut as `LocalJudge` cuts them when it scores: one limit, LocalJudge's default.
 JUDGE_PROMPT_TOKENS: int = LocalJudge.__init__.__kwdefaults__["max_prompt_tokens"]
+# The token limit of one policy turn in the rollouts the judge learns from: the RL runs' default
+# (`max_new_tokens` of the trainer's rollout config, 48). Its own constant, so that the judge never imports
+# the trainer; change both together.
+POLICY_TURN_TOKENS = 48
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,7 @@ class JudgeWarmStartSizes(Sizes):
     orders: int  # readings of each group per epoch, in rotations of a shuffled order
     batch_size: int  # readings per AdamW step
     lr: float = 5e-5
-    max_new_tokens: int = TrainConfig.max_new_tokens  # token limit of one policy turn (as in RL training)
+    max_new_tokens: int = POLICY_TURN_TOKENS  # token limit of one policy turn (as in RL training)
 
 
 JUDGE_WARM_START = {
@@ -170,7 +175,7 @@ LIGHT_WARM_START_ENVS = tuple(sorted(name for name, spec in ENVIRONMENTS.items()
 def policy_warm_start(env: str) -> Path:
     """The warm-started policy that rolls out in `env` (trained once, cached): `course_warm_start(env)`, or in
     the full size for the environments of LIGHT_WARM_START_ENVS, that recipe with LIGHT_WARM_START's sizes."""
-    from course_lib.notebook import course_warm_start
+    from course_lib.warm_starts import course_warm_start
 
     if env in LIGHT_WARM_START_ENVS and not fast_mode():
         return course_warm_start(env, **LIGHT_WARM_START)
@@ -204,7 +209,7 @@ def _read_chunks(path: Path | None) -> list[dict[str, Any]]:
 
 
 def labelled_groups(env: str, n_groups: int, *, split: str = "train", policy: Any = None, group_size: int = 4,
-                    samples: int = 4, temperature: float = 1.0, max_new_tokens: int = TrainConfig.max_new_tokens,
+                    samples: int = 4, temperature: float = 1.0, max_new_tokens: int = POLICY_TURN_TOKENS,
                     seed: int = 0, chunk: int = 8, max_tasks: int | None = None,
                     cache: str | Path | None = None, progress: bool = True) -> list[list[Trajectory]]:
     """Up to `n_groups` verifier-labelled groups of `env`: per task, the expert and rollouts of `policy`

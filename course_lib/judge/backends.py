@@ -1,25 +1,32 @@
-"""Judge backends: the models a judge asks. They answer; `course_lib.judge` decides what to ask and counts.
+"""Judge backends: the models a judge asks. They answer; `course_lib.judge.scoring` decides what to ask
+and counts.
 
-A backend is any object with a ``name`` (part of the judge's cache key, so it names the model) and
+The contract is a few small `typing.Protocol` classes, one per capability, each runtime-checkable: a backend
+is any object that has the methods, it inherits from nothing. Every backend has a ``name`` (part of the
+judge's cache key, so it names the model); what else it has decides which judgings it can do:
 
-* ``complete(messages, *, max_tokens, temperature) -> str``: the chat answer (all a backend needs for
-  group and turn judging; a scripted test judge implements only this);
-* optionally ``complete_with_usage(...) -> Completion``: the same answer with this call's token counts,
-  which the judge records in its metrics (a backend without it counts 0 tokens);
-* for pointwise judging (`course_lib.judge.score_pointwise`) ``yes_probability(messages) -> YesNo``;
-* for forced-position group judging (`course_lib.judge.score_group`, ``answer="forced"``)
-  ``forced_scores(messages, header, lines) -> ForcedScores`` and ``can_force() -> bool``.
+* `ChatBackend`: ``complete(messages, *, max_tokens, temperature) -> str``, the chat answer: group judging
+  with a JSON answer (`score_group(answer="json")`) and turn judging (`score_turns`); a scripted test
+  judge may implement only this;
+* `UsageBackend` (optional): ``complete_with_usage(...) -> Completion``, the same answer with this call's
+  token counts, which the judge records in its metrics (a backend without it counts 0 tokens);
+* `YesNoBackend`: ``yes_probability(messages) -> YesNo``, for pointwise judging
+  (`course_lib.judge.scoring.score_pointwise`, `score_turns_pointwise`);
+* `ForcedBackend`: ``forced_scores(messages, header, lines) -> ForcedScores``, for forced-position group
+  judging (`course_lib.judge.scoring.score_group`, ``answer="forced"``), and optionally `ForcingCheck`:
+  ``can_force() -> bool``, whether it can right now (an endpoint is asked once).
 
 Backends keep no running totals: every call returns its own usage, and the judge that asked adds it to
 the metrics it returns to its caller. Two backends ship here:
 
 * :class:`LocalJudge`: a model run in-process with transformers (the embedded SmolLM2-135M by default,
   or any hub model by name on a machine that is online, e.g. ``LocalJudge("Qwen/Qwen2.5-1.5B-Instruct")``);
+  it satisfies all five Protocols;
 * :class:`OpenAIJudge`: any OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp's server, a hosted API,
-  or ``python -m course_lib.judge_server``): chat completions, and the completions API with
-  ``logprobs`` for forced-position scores where the server has it.
+  or ``python -m course_lib.judge.server``): chat completions, and the completions API with
+  ``logprobs`` for forced-position scores where the server has it; all but `YesNoBackend` (a served
+  model answers text, so it is not judged pointwise).
 """
-
 from __future__ import annotations
 
 import math
@@ -27,9 +34,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, runtime_checkable
 
-from course_lib.judge_errors import JudgeRequestRejected, JudgeUnavailable
+from course_lib.judge.errors import JudgeRequestRejected, JudgeUnavailable
 
 # The score digits a forced-position read looks for: digit d at index d.
 SCORE_DIGITS = "0123456789"
@@ -68,6 +75,70 @@ class TextCompletion(NamedTuple):
     tokens: list[str]
     token_logprobs: list[float]
     top_logprobs: list[dict[str, float]]
+
+
+Messages = list[dict[str, str]]
+
+
+@runtime_checkable
+class ChatBackend(Protocol):
+    """A backend that answers chat prompts: all that group judging in JSON and turn judging need."""
+
+    @property
+    def name(self) -> str:
+        """The model's name: part of the judge's cache key, so two models never share cached answers."""
+        ...
+
+    def complete(self, messages: Messages, *, max_tokens: int = 512, temperature: float = 0.0) -> str:
+        """The chat answer to `messages`, at most `max_tokens` long (greedy at temperature 0)."""
+        ...
+
+
+@runtime_checkable
+class UsageBackend(Protocol):
+    """A backend that reports each chat call's token counts (optional: one without counts 0 tokens)."""
+
+    def complete_with_usage(self, messages: Messages, *, max_tokens: int = 512,
+                            temperature: float = 0.0) -> Completion:
+        """The chat answer and the prompt and completion tokens of this call alone."""
+        ...
+
+
+@runtime_checkable
+class YesNoBackend(Protocol):
+    """A backend that reads P(yes) from its next-token distribution: what pointwise judging needs."""
+
+    @property
+    def name(self) -> str:
+        """The model's name (see `ChatBackend.name`)."""
+        ...
+
+    def yes_probability(self, messages: Messages) -> YesNo:
+        """P(yes) / (P(yes) + P(no)) for the answer's first token, and the prompt's tokens."""
+        ...
+
+
+@runtime_checkable
+class ForcedBackend(Protocol):
+    """A backend that reads the score digits' probabilities at forced positions: forced group judging."""
+
+    @property
+    def name(self) -> str:
+        """The model's name (see `ChatBackend.name`)."""
+        ...
+
+    def forced_scores(self, messages: Messages, header: str, lines: list[str]) -> ForcedScores:
+        """Per line, P(digit d) for d = 0..9 as the next token after ``prompt + header + line``."""
+        ...
+
+
+@runtime_checkable
+class ForcingCheck(Protocol):
+    """A `ForcedBackend` that can say whether forced reads work now (optional: without it, they do)."""
+
+    def can_force(self) -> bool:
+        """Whether forced reads work (an endpoint may serve chat completions only)."""
+        ...
 
 
 def chatml(messages: list[dict[str, str]]) -> str:
@@ -237,7 +308,7 @@ class LocalJudge:
     def forced_logits(self, messages: list[dict[str, str]], header: str, lines: list[str]):
         """The next-token logits [len(lines), vocab] after each forced line, read as `forced_scores`
         describes, and the tokens read. Gradients flow when the caller has them on: a judge warm start
-        (`course_lib.judge_warm_start`) trains on exactly these logits."""
+        (`course_lib.judge.warm_start`) trains on exactly these logits."""
         import torch
         from transformers import DynamicCache
 
@@ -351,7 +422,7 @@ class OpenAIJudge:
                     raise JudgeUnavailable(
                         f"judge endpoint {self.base_url} is unavailable after {attempt + 1} tries "
                         f"({type(exc).__name__}: {exc}); is the server running? "
-                        "(e.g. python -m course_lib.judge_server --port 8011)") from exc
+                        "(e.g. python -m course_lib.judge.server --port 8011)") from exc
                 time.sleep(self.backoff * 2 ** attempt)
             except self._openai.APIStatusError as exc:
                 raise self._refusal(exc) from exc
@@ -402,7 +473,7 @@ class OpenAIJudge:
 
     def can_force(self) -> bool:
         """Whether the endpoint serves the completions API with ``logprobs`` (vLLM, llama.cpp's server and
-        `course_lib.judge_server` do; a chat-only API does not). Asked once, with a short prompt; an
+        `course_lib.judge.server` do; a chat-only API does not). Asked once, with a short prompt; an
         unreachable endpoint raises `JudgeUnavailable`."""
         if self._forced is None:
             try:

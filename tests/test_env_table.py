@@ -61,7 +61,7 @@ def test_the_rollout_test_covers_every_environment():
 
 
 def test_warm_starts_and_turn_limits_come_from_the_table():
-    from course_lib.judge_warm_start import LIGHT_WARM_START_ENVS, ROLLOUT_TURNS, TRAIN_ENVS
+    from course_lib.judge.warm_start import LIGHT_WARM_START_ENVS, ROLLOUT_TURNS, TRAIN_ENVS
 
     assert {name: ROLLOUT_TURNS.get(name) for name in TOUR if name in ROLLOUT_TURNS} == {
         "lookup": 3, "search_qa": 4, "gridworld": 8}  # part of the judge warm start's cache key

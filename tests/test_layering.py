@@ -127,9 +127,7 @@ def _judge_modules_but(*allowed: str) -> list[str]:
     # checkpoints and the metrics file take plain data, not TrainConfig
     ("course_lib.checkpoint", ["course_lib.train", "course_lib.credit", "course_lib.evaluate"]),
     # nothing under the judge imports the trainer, evaluation or the course's own helpers
-    ("course_lib.judge", ["course_lib.evaluate", "course_lib.train", "course_lib.notebook",
-                          "course_lib.course", "course_lib.exercises", "course_lib.exercises_late",
-                          "course_lib.grading", "course_lib.solutions"]),
+    ("course_lib.judge", ["course_lib.evaluate", "course_lib.train", "course_lib.course"]),
     # inside the judge: errors <- answers, prompts, backends <- scoring <- quality, server, warm_start
     ("course_lib.judge.errors", _judge_modules_but("errors")),
     ("course_lib.judge.answers", _judge_modules_but("errors", "answers")),

@@ -81,7 +81,8 @@ def run_experiment(name: str, seeds: int, maps_seed: int = 0) -> dict:
                           for key in ("success", "moves_when_solved", "advantage_var", "zero_share")}
                   for label, hs in histories.items()}
     return {"map_size": size, "updates": updates, "group_size": group, "seeds": seeds,
-            "maps": [m["id"] for m in maps], "optimum_moves": float(np.mean([m["shortest_path_len"] for m in maps])),
+            "maps": [m["id"] for m in maps],
+            "optimum_moves": float(np.mean([m["shortest_path_len"] for m in maps])),
             "summary": summary, "curves": curves}
 
 
@@ -89,19 +90,22 @@ def markdown(results: dict, header: str) -> str:
     lines = [header, ""]
     for name, res in results.items():
         lines += [f"## {name}: {res['map_size']}x{res['map_size']} maps, group {res['group_size']}, "
-                  f"{res['updates']} updates, {res['seeds']} seeds (optimum {res['optimum_moves']:.3f} moves)", "",
+                  f"{res['updates']} updates, {res['seeds']} seeds "
+                  f"(optimum {res['optimum_moves']:.3f} moves)", "",
                   "| window | " + " | ".join(res["curves"]) + " | difference vs first [95% CI], paired p |",
                   "|---|" + "---|" * (len(res["curves"]) + 1)]
         for window, s in res["summary"].items():
-            diffs = "; ".join(f"{lab}: {t['mean_diff']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}], p={t['p']:.2g}"
-                              for lab, t in s["paired_vs_first"].items())
-            lines.append(f"| {window} | " + " | ".join(f"{m:.3f}" for m in s["mean"].values()) + f" | {diffs} |")
+            diffs = "; ".join(f"{lab}: {t['mean_diff']:+.3f} [{t['low']:+.3f}, {t['high']:+.3f}], "
+                              f"p={t['p']:.2g}" for lab, t in s["paired_vs_first"].items())
+            lines.append(f"| {window} | " + " | ".join(f"{m:.3f}" for m in s["mean"].values())
+                         + f" | {diffs} |")
         lines.append("")
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS))
     parser.add_argument("--out", type=Path, default=RESULTS / "tabular_credit.json")
@@ -109,8 +113,9 @@ def main() -> None:
     started = time.time()
     results = {name: run_experiment(name, args.seeds) for name in args.experiments}
     minutes = (time.time() - started) / 60
-    header = (f"# Tabular credit companion\n\n{time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} cores, one process: {minutes:.1f} min for {args.seeds} seeds per arm.")
+    header = (f"# Tabular credit companion\n\n{time.strftime('%Y-%m-%d %H:%M')}, "
+              f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one process: "
+              f"{minutes:.1f} min for {args.seeds} seeds per arm.")
     text = markdown(results, header)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

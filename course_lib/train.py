@@ -171,9 +171,9 @@ class Batch:
 # ------------------------------------------------------------------------------------------------------
 
 
-def _judge_module():  # imported on first use: a run without a judge never needs its dependencies
+def _judge_module(name: str = "scoring"):  # imported on first use: a run without a judge never needs it
     try:
-        import course_lib.judge.scoring as judge
+        judge = __import__(f"course_lib.judge.{name}", fromlist=[name])  # the module itself, not the package
     except ImportError as exc:
         raise RuntimeError(f"reward='judge'/'mix' and turn_reward='judge' need course_lib.judge.scoring, which did not "
                            f"import ({exc}); use reward='verifier' or install the judge's dependencies") from exc
@@ -228,7 +228,7 @@ def turn_rewards(trajectory: Trajectory, config: TrainConfig, hooks: Hooks = Hoo
     the process reward (`credit.process_rewards`).
     """
     if config.turn_reward == "judge":
-        judge = _judge_module()
+        judge = _judge_module("turns")
         score_fn = judge.score_turns_pointwise if config.judge_method == "pointwise" else judge.score_turns
         scores = score_fn(trajectory, judge=hooks.judge)
         rewards, failed = list(scores), scores.failed

@@ -30,7 +30,8 @@ FAKE_COLAB = "import sys, types; sys.modules['google'] = types.ModuleType('googl
 
 
 def test_notebooks_agree_with_the_repository_url():
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "colab.py"), "--check"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "colab.py"), "--check"], capture_output=True,
+                         text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     repo = colab.repository()
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
@@ -42,8 +43,10 @@ def test_the_generator_rewrites_badges_cells_and_links():
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# x\n[![b](https://c)](https://colab.research.google.com/github/old/repo/"
-                                              "blob/main/notebooks/x.ipynb) see [the table](../benchmarks/README.md#top)"),
+    nb.cells = [nbformat.v4.new_markdown_cell("# x\n[![b](https://c)]"
+                                              "(https://colab.research.google.com/github/old/repo/"
+                                              "blob/main/notebooks/x.ipynb) "
+                                              "see [the table](../benchmarks/README.md#top)"),
                 nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\n# On Colab: old text")]
     assert colab.colab_cells(nb, "x.ipynb", "https://github.com/me/course")
     assert "colab.research.google.com/github/me/course/blob/main/notebooks/x.ipynb" in nb.cells[0].source
@@ -73,15 +76,18 @@ def _fresh_venv(tmp_path: Path) -> Path:
 
 def _install_cell() -> str:
     cells = json.loads((ROOT / "notebooks" / "00_setup.ipynb").read_text())["cells"]
-    return next("".join(c["source"]) for c in cells if c["cell_type"] == "code" and colab.INSTALL_MARKER in "".join(c["source"]))
+    return next("".join(c["source"]) for c in cells
+                if c["cell_type"] == "code" and colab.INSTALL_MARKER in "".join(c["source"]))
 
 
 def _run_cell(python: Path, tmp_path: Path, prelude: str = "") -> subprocess.CompletedProcess:
-    code = FAKE_COLAB + prelude + _install_cell() + "\nimport course_lib; print('course_lib from', course_lib.__file__)\n"
+    code = (FAKE_COLAB + prelude + _install_cell()
+            + "\nimport course_lib; print('course_lib from', course_lib.__file__)\n")
     env = {**os.environ, "COURSE_REPO": str(ROOT), "COURSE_HOME": str(tmp_path / "content" / "course"),
            "PYTHONNOUSERSITE": "1"}
     env.pop("PYTHONPATH", None)
-    return subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=900)
 
 
 @pytest.mark.timeout(1200)
@@ -92,7 +98,8 @@ def test_install_cell_in_a_fresh_venv_with_colab_faked(tmp_path):
     home = tmp_path / "content" / "course"
     assert f"course_lib from {home}" in first.stdout  # the clone, not this checkout
     assert f"working folder {home / 'notebooks'}" in first.stdout
-    assert ("sandbox: bubblewrap found" if shutil.which("bwrap") else "sandbox: bubblewrap missing") in first.stdout
+    assert ("sandbox: bubblewrap found" if shutil.which("bwrap")
+            else "sandbox: bubblewrap missing") in first.stdout
     assert "RESTART NEEDED" not in first.stdout + first.stderr
     # a second run (as after a restart) skips the clone and the install
     second = _run_cell(python, tmp_path)
@@ -112,4 +119,5 @@ def test_install_cell_asks_for_a_restart_when_it_replaces_a_loaded_package(tmp_p
     assert f"tqdm=={other}" in pyproject.read_text()
     out = _run_cell(python, tmp_path, prelude="import tqdm\n")
     assert out.returncode != 0
-    assert "RESTART NEEDED" in out.stderr and f"tqdm {loaded} -> {other}" in out.stderr, out.stdout + out.stderr
+    assert ("RESTART NEEDED" in out.stderr
+            and f"tqdm {loaded} -> {other}" in out.stderr), out.stdout + out.stderr

@@ -1,4 +1,5 @@
-"""Task generation (`course_lib.tasks`): reproducible byte for byte, one interface, one direction of imports."""
+"""Task generation (`course_lib.tasks`): reproducible byte for byte, one interface, one direction of
+imports."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def test_write_jsonl_is_canonical(tmp_path):
     tasks.write_jsonl(path, [{"b": 1, "a": "Ørsted"}, {"c": [1, 2]}])
     raw = path.read_bytes()
     assert raw == '{"a": "Ørsted", "b": 1}\n{"c": [1, 2]}\n'.encode()
-    assert [json.loads(line) for line in raw.decode().splitlines()] == [{"a": "Ørsted", "b": 1}, {"c": [1, 2]}]
+    assert ([json.loads(line) for line in raw.decode().splitlines()]
+            == [{"a": "Ørsted", "b": 1}, {"c": [1, 2]}])
 
 
 def test_filter_tasks_keeps_matching_tasks_and_refuses_a_typo():

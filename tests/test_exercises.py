@@ -51,8 +51,8 @@ def learner_mode(monkeypatch):
 def _last_two_only(tokenizer):
     """A chat template that renders only the last two messages: it rewrites history."""
     rewriting = copy.deepcopy(tokenizer)
-    rewriting.chat_template = ("{% for m in messages[-2:] %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] "
-                               "+ '<|im_end|>\\n' }}{% endfor %}"
+    rewriting.chat_template = ("{% for m in messages[-2:] %}{{ '<|im_start|>' + m['role'] + '\\n' "
+                               "+ m['content'] + '<|im_end|>\\n' }}{% endfor %}"
                                "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
     return rewriting
 
@@ -74,7 +74,8 @@ def _untruncated_gae(rewards, values, last_value, gamma, lam):
 
 
 def _ties_count_zero(scores, rewards):
-    pairs = [(a, b) for a in range(len(scores)) for b in range(a + 1, len(scores)) if rewards[a] != rewards[b]]
+    pairs = [(a, b) for a in range(len(scores)) for b in range(a + 1, len(scores))
+             if rewards[a] != rewards[b]]
     if not pairs:
         return math.nan
     return sum((scores[a] - scores[b]) * (rewards[a] - rewards[b]) > 0 for a, b in pairs) / len(pairs)
@@ -88,8 +89,8 @@ def _run_one_step(env, task, policy):
 # check name -> (reference, a typical wrong answer, the hint it must get); tokenizer checks are below
 CASES = {
     "is_tool_call": (sol.is_tool_call, lambda t: "<tool_call>" in t, "parse_action"),
-    "tool_call_text": (sol.tool_call_text, lambda n, a: f"<tool_call>{ {'name': n, 'arguments': a} }</tool_call>",
-                       "json.dumps"),
+    "tool_call_text": (sol.tool_call_text,
+                       lambda n, a: f"<tool_call>{ {'name': n, 'arguments': a} }</tool_call>", "json.dumps"),
     "wilson_interval": (sol.my_wilson, lambda s, n: (s / n - 1.96 * math.sqrt(s / n * (1 - s / n) / n),
                                                       s / n + 1.96 * math.sqrt(s / n * (1 - s / n) / n)),
                         "Centre (p + z²/2n)/(1 + z²/n)"),
@@ -109,7 +110,8 @@ CASES = {
     "dr_grpo_advantages": (sol.dr_grpo_advantages, lambda r, g: sol.dr_grpo_advantages(r, g) / 0.5,
                            "do not divide by anything"),
     "masked_token_advantages": (sol.masked_token_advantages,
-                                lambda a, ti, m: torch.tensor([a if t >= 0 else 0.0 for t in ti]), "loss_mask 1"),
+                                lambda a, ti, m: torch.tensor([a if t >= 0 else 0.0 for t in ti]),
+                                "loss_mask 1"),
     "discounted_returns": (sol.discounted, lambda r, g: [sum(g**k * x for k, x in enumerate(r[: t + 1]))
                                                          for t in range(len(r))], "Walk backwards"),
     "shared_step_fraction": (sol.shared_step_fraction, lambda a, g: sol.shared_step_fraction(a, [0] * len(a)),
@@ -119,7 +121,8 @@ CASES = {
                                                       for s in t.steps], "A repeat is the same query"),
     "pooled_turn_part": (sol.pooled_turn_part, _fair_turn_part, "G_t = Σ_k γ^(k−t) r_k"),
     "mean_future_rewards": (sol.mean_future_rewards, lambda r, g: sol.discounted(r, g), "sum of its weights"),
-    "r_squared": (sol.r_squared, lambda p, y: float(np.corrcoef(p, y)[0, 1] ** 2), "not the squared correlation"),
+    "r_squared": (sol.r_squared, lambda p, y: float(np.corrcoef(p, y)[0, 1] ** 2),
+                  "not the squared correlation"),
     "clipped_value_loss": (sol.clipped_value_loss, lambda v, o, r, c: 0.5 * ((v - r) ** 2).mean(),
                            "V_clip = V_old + clip"),
     "truncated_gae": (sol.truncated_gae, _untruncated_gae, "next_value = last_value"),
@@ -130,8 +133,10 @@ CASES = {
     "group_rewards": (sol.my_group_rewards, _rewards_list, "return None"),
     "diff_check": (sol.my_diff_check, lambda o, c, a: sol.my_diff_check(o, {p: c[p] for p in c if p in o}, a),
                    "added and deleted files count as changed"),
-    "hack_attempt": (sol.is_hack_attempt, lambda t, a: "tests/" in t or "conftest" in t, "Only a well-formed"),
-    "truncated_importance_weights": (sol.my_weights, lambda lp, sp, m, c: torch.clamp(torch.exp(sp - lp), max=c) * m,
+    "hack_attempt": (sol.is_hack_attempt, lambda t, a: "tests/" in t or "conftest" in t,
+                     "Only a well-formed"),
+    "truncated_importance_weights": (sol.my_weights,
+                                     lambda lp, sp, m, c: torch.clamp(torch.exp(sp - lp), max=c) * m,
                                      "Check the sign"),
     "effective_sample_size": (sol.effective_sample_size, lambda w, m: 1 / sol.effective_sample_size(w, m),
                               "not Σw² over (Σw)²"),
@@ -193,13 +198,15 @@ def test_omega_is_a_value(capsys):
 def test_a_crashing_answer_gets_one_line_not_a_traceback(capsys):
     assert ex.check_discounted_returns(lambda r, g: None) is sol.discounted
     out = capsys.readouterr().out
-    assert out.startswith("Not yet: checking your discounted failed with TypeError") and "Traceback" not in out
+    assert out.startswith("Not yet: checking your discounted failed with TypeError")
+    assert "Traceback" not in out
 
 
 def test_solutions_mode_grades_the_reference_and_rejects_a_wrong_answer(monkeypatch, capsys):
     monkeypatch.setenv("COURSE_SOLUTIONS", "1")
     assert ex.check_discounted_returns(stub) is sol.discounted
-    assert capsys.readouterr().out == "Correct! the same final reward is worth less the further a step is from it.\n"
+    assert capsys.readouterr().out == ("Correct! the same final reward is worth less the further a step is "
+                                       "from it.\n")
     assert ex.check_omega_for_grpo(None) == 0.0
     with pytest.raises(ExerciseFailed, match="Walk backwards"):
         ex.check_discounted_returns(CASES["discounted_returns"][1])
@@ -220,6 +227,7 @@ def test_each_notebook_imports_its_checks_from_its_own_module():
         cells = json.loads(path.read_text())["cells"]
         code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
         pattern = r"from course_lib\.course\.exercises\.nb(\d\d) import ([\w, ]+)"
-        imported = {(mod, name.strip()) for mod, names in re.findall(pattern, code) for name in names.split(",")}
+        imported = {(mod, name.strip()) for mod, names in re.findall(pattern, code)
+                    for name in names.split(",")}
         assert {mod for mod, _ in imported} <= {number}, f"{path.name} imports checks of another notebook"
         assert {name for _, name in imported} == defined[number], path.name

@@ -20,13 +20,8 @@ from course_lib.judge.backends import Completion, LocalJudge, OpenAIJudge, YesNo
 from course_lib.judge.errors import JudgeAnswerError, JudgeUnavailable
 from course_lib.judge.prompts import DEFAULT_RUBRIC, group_prompt, render_messages
 from course_lib.judge.quality import judge_agreement
-from course_lib.judge.scoring import (
-    JudgeMetrics,
-    score_group,
-    score_pointwise,
-    score_turns,
-    score_turns_pointwise,
-)
+from course_lib.judge.scoring import JudgeMetrics, score_group, score_pointwise
+from course_lib.judge.turns import score_turns, score_turns_pointwise
 from course_lib.trajectory import Trajectory
 
 

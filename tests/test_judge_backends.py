@@ -19,16 +19,12 @@ from course_lib.judge.backends import (
     chatml,
 )
 from course_lib.judge.prompts import DEFAULT_RUBRIC, TURN_RUBRIC
-from course_lib.judge.scoring import (
-    group_layout,
-    score_group,
-    score_pointwise,
-    score_turns,
-    score_turns_pointwise,
-)
+from course_lib.judge.scoring import group_layout, score_group, score_pointwise
+from course_lib.judge.turns import score_turns, score_turns_pointwise
 
 PROTOCOLS = (ChatBackend, UsageBackend, YesNoBackend, ForcedBackend, ForcingCheck)
-PREFIX = [{"role": "system", "content": "Answer questions."}, {"role": "user", "content": "Capital of France?"}]
+PREFIX = [{"role": "system", "content": "Answer questions."},
+          {"role": "user", "content": "Capital of France?"}]
 
 
 def conv(answer: str) -> list[dict[str, str]]:
@@ -93,7 +89,8 @@ def test_a_new_backend_is_one_class_that_satisfies_the_protocol(local, tmp_path)
 def test_a_backend_that_only_writes_text_is_judged_in_json_and_refused_where_it_cannot_be():
     group = [conv("Paris"), conv("Rome")]
     _, _, ids = group_layout(group)
-    fixed = FixedText(json.dumps([{"id": i, "explanation": "", "score": s} for i, s in zip(ids, (1.0, 0.25))]))
+    fixed = FixedText(json.dumps([{"id": i, "explanation": "", "score": s}
+                                  for i, s in zip(ids, (1.0, 0.25))]))
     assert isinstance(fixed, ChatBackend) and not isinstance(fixed, ForcedBackend)
     scores = score_group(group, judge=fixed, use_cache=False)
     assert scores.method == "group_json" and [s.score for s in scores] == [1.0, 0.25]
@@ -137,7 +134,8 @@ def test_the_judge_is_a_required_keyword(score, first, rubric):
 
 
 def test_chatml_is_the_embedded_models_own_chat_template(tokenizer):
-    messages = PREFIX + [{"role": "assistant", "content": "Paris."}, {"role": "user", "content": "And Italy?"}]
+    messages = PREFIX + [{"role": "assistant", "content": "Paris."},
+                         {"role": "user", "content": "And Italy?"}]
     expected = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert chatml(messages) == expected and expected.endswith("<|im_start|>assistant\n")
     assert chatml([]) == "<|im_start|>assistant\n"

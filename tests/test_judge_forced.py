@@ -20,7 +20,8 @@ from course_lib.judge.prompts import (
 )
 from course_lib.judge.scoring import JudgeMetrics, score_group
 
-PREFIX = [{"role": "system", "content": "Answer questions."}, {"role": "user", "content": "Capital of France?"}]
+PREFIX = [{"role": "system", "content": "Answer questions."},
+          {"role": "user", "content": "Capital of France?"}]
 
 
 def shared_start(a: list[dict[str, str]], b: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -49,7 +50,8 @@ class ScriptedForced:
 
     def forced_scores(self, messages, header, lines):
         self.reads.append((messages, header, lines))
-        blocks = re.findall(r'<trajectory id="(t[0-9a-f]+)">(.*?)</trajectory>', messages[1]["content"], re.DOTALL)
+        blocks = re.findall(r'<trajectory id="(t[0-9a-f]+)">(.*?)</trajectory>', messages[1]["content"],
+                            re.DOTALL)
         answer = {i: re.search(r"<answer>(.*?)</answer>", body).group(1) for i, body in blocks}
         order = [i for i, _ in blocks]
         probs = []
@@ -80,7 +82,8 @@ def test_forced_scores_follow_ids_and_the_result_records_the_order():
         assert scores.method == "group_forced" and not scores.failed
         assert [s.score for s in scores] == pytest.approx([2 / 9, 1.0, 2 / 9, 1.0])
         messages, header, lines = judge.reads[0]
-        assert header == "Scores:\n" and [line.split(" (")[0] for line in lines] == [f"id {i}" for i in scores.orders[0]]
+        assert header == "Scores:\n"
+        assert [line.split(" (")[0] for line in lines] == [f"id {i}" for i in scores.orders[0]]
         assert scores.ids[1] == scores.ids[3] and len(set(scores.ids)) == 3  # identical ones share an id
         assert sorted(scores.orders[0]) == sorted(set(scores.ids))
         assert [scores.orders[0][p] for p in scores.positions] == scores.ids
@@ -116,7 +119,8 @@ def test_too_little_mass_on_the_digits_fails_the_group_and_is_counted(tmp_path):
     assert "forced read failed" in scores[0].explanation and "min_mass=0.5" in scores[0].explanation
     assert total.failed_groups == 1 and total.calls == 1 and total.retries == 0  # nothing to re-ask
     assert not list(tmp_path.glob("*.json"))  # a failure is not cached
-    ok = score_group([conv("Lyon"), conv("Paris")], judge=ScriptedForced(mass=0.3), min_mass=0.2, use_cache=False)
+    ok = score_group([conv("Lyon"), conv("Paris")], judge=ScriptedForced(mass=0.3), min_mass=0.2,
+                     use_cache=False)
     assert not ok.failed
 
 
@@ -145,14 +149,18 @@ def test_answer_chooses_forced_or_json_and_auto_follows_the_backend():
 
     both = Both()
     assert score_group(group, judge=both, use_cache=False).method == "group_json" and both.asked == 1
-    assert score_group(group, judge=both, answer="json", use_cache=False).method == "group_json" and both.asked == 1
+    assert (score_group(group, judge=both, answer="json", use_cache=False).method == "group_json"
+            and both.asked == 1)
     identical = score_group([conv("Paris")] * 2, judge=ScriptedForced(), use_cache=False)
-    assert [s.score for s in identical] == [0.5, 0.5] and identical.orders == [] and identical.positions == [None] * 2
+    assert ([s.score for s in identical] == [0.5, 0.5] and identical.orders == []
+            and identical.positions == [None] * 2)
 
 
 def test_forced_prompt_asks_for_digits_and_suggests_no_score_for_a_real_id():
-    messages = forced_group_prompt(PREFIX, {"ta1": conv("Lyon")[2:], "tb2": conv("Paris")[2:]}, DEFAULT_RUBRIC)
-    assert DEFAULT_RUBRIC in messages[0]["content"] and "one digit from 0 (useless) to 9 (perfect)" in messages[0]["content"]
+    messages = forced_group_prompt(PREFIX, {"ta1": conv("Lyon")[2:], "tb2": conv("Paris")[2:]},
+                                   DEFAULT_RUBRIC)
+    assert DEFAULT_RUBRIC in messages[0]["content"]
+    assert "one digit from 0 (useless) to 9 (perfect)" in messages[0]["content"]
     assert "ta1" not in messages[0]["content"] and "tb2" not in messages[0]["content"]
     assert messages[1]["content"].endswith("Score every trajectory id: ta1, tb2.")
 
@@ -165,7 +173,8 @@ def test_score_lines_recall_each_ending_and_a_reference_reaches_the_prompt_and_t
     assert score_line("ta1") == "id ta1: "
     assert score_line("ta1", conv("Lyon")[2:]) == "id ta1 (1 action, last: <answer>Lyon</answer>): "
     line = score_line("tb2", [long_action, {"role": "tool", "content": "r"}, long_action])
-    assert line.startswith("id tb2 (2 actions, last: <tool_call>xx") and line.endswith("...): ") and len(line) < 110
+    assert line.startswith("id tb2 (2 actions, last: <tool_call>xx") and line.endswith("...): ")
+    assert len(line) < 110
     judge = ScriptedForced()
     group = [conv("Paris"), conv("Lyon"), conv("Nice")]
     plain = score_group(group, judge=judge, seed=3, cache_dir=tmp_path)
@@ -173,7 +182,8 @@ def test_score_lines_recall_each_ending_and_a_reference_reaches_the_prompt_and_t
     assert guided.metrics.cache_hits == 0 and len(judge.reads) == 2
     (_, _, lines), (messages, _, _) = judge.reads
     answer_of = {i: a for i, a in zip(plain.ids, ["Paris", "Lyon", "Nice"])}
-    assert [re.search(r"<answer>(.*?)</answer>", li).group(1) for li in lines] == [answer_of[i] for i in plain.orders[0]]
+    assert ([re.search(r"<answer>(.*?)</answer>", li).group(1) for li in lines]
+            == [answer_of[i] for i in plain.orders[0]])
     assert "reference answer" not in judge.reads[0][0][1]["content"]
     text = messages[1]["content"]
     assert text.count("(a correct final answer): Paris") == 1
@@ -208,7 +218,8 @@ def test_local_forced_group_scores_a_real_search_qa_group(policy, search_qa_pair
     total = JudgeMetrics()
     scores = score_group([expert, swapped, expert], judge=judge, seed=1, use_cache=False, metrics=total)
     assert scores.method == "group_forced" and len(scores) == 3
-    assert all(math.isfinite(s.score) and 0.0 <= s.score <= 1.0 for s in scores), [s.explanation for s in scores]
+    assert all(math.isfinite(s.score) and 0.0 <= s.score <= 1.0
+               for s in scores), [s.explanation for s in scores]
     assert total.failed_groups == 0 and total.calls == 1 and total.tokens > 0
     assert scores[0].score == scores[2].score and sorted(scores.positions[:2]) == [0, 1]
     # the same reads, asked directly: each score is its own id's read, whatever the position
@@ -227,7 +238,8 @@ def test_local_forced_reads_each_line_as_if_alone(policy, search_qa_pair):
     judge = LocalJudge(model=model, tokenizer=tokenizer)
     expert, swapped = search_qa_pair
     prefix = shared_start(expert, swapped)
-    prompt = forced_group_prompt(prefix, {"t1a": expert[len(prefix):], "t2b": swapped[len(prefix):]}, DEFAULT_RUBRIC)
+    prompt = forced_group_prompt(prefix, {"t1a": expert[len(prefix):], "t2b": swapped[len(prefix):]},
+                                 DEFAULT_RUBRIC)
     both = judge.forced_scores(prompt, "Scores:\n", ["id t1a: ", "id t2b: "])
     for k, line in enumerate(["id t1a: ", "id t2b: "]):
         alone = judge.forced_scores(prompt, "Scores:\n", [line])
@@ -243,7 +255,8 @@ def test_endpoint_forced_scores_over_the_real_judge_server(policy, search_qa_pai
 
     model, tokenizer = policy
     expert, swapped = search_qa_pair
-    local = score_group([expert, swapped], judge=LocalJudge(model=model, tokenizer=tokenizer), use_cache=False)
+    local = score_group([expert, swapped], judge=LocalJudge(model=model, tokenizer=tokenizer),
+                        use_cache=False)
     server, base_url = serve_in_thread(port=0, model=model, tokenizer=tokenizer)
     try:
         judge = OpenAIJudge(base_url=base_url, timeout=120, max_retries=0)
@@ -258,7 +271,8 @@ def test_endpoint_forced_scores_over_the_real_judge_server(policy, search_qa_pai
     assert served.method == "group_forced" and not served.failed and served.orders == local.orders
     assert metrics.calls == 1 and metrics.tokens > 0
     assert [s.score for s in served] == pytest.approx([s.score for s in local], abs=0.02)
-    assert as_json.method == "group_json" and as_json.metrics.calls == 1  # a valid answer or a counted failure
+    # a valid answer or a counted failure
+    assert as_json.method == "group_json" and as_json.metrics.calls == 1
 
 
 # ----- a stronger judge by name ------------------------------------------------------------------------

@@ -57,8 +57,9 @@ def replayed_reward(env_name: str, task: dict, messages: list[dict[str, str]]) -
 
 def test_readings_put_each_trajectory_at_each_position_and_target_the_verifier():
     prefix = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
-    group = [Trajectory("t", "g", f"g#{k}", prefix + [{"role": "assistant", "content": f"<answer>{a}</answer>"}], [],
-                     reward=r) for k, (a, r) in enumerate([("A", 1.0), ("B", 0.0), ("C", 0.0)])]
+    group = [Trajectory("t", "g", f"g#{k}",
+                        prefix + [{"role": "assistant", "content": f"<answer>{a}</answer>"}], [], reward=r)
+             for k, (a, r) in enumerate([("A", 1.0), ("B", 0.0), ("C", 0.0)])]
     readings = judge_readings([group], orders=3, seed=4)
     assert len(readings) == 3
     positions = {i: sorted(r.ids.index(i) for r in readings) for i in readings[0].ids}
@@ -85,8 +86,8 @@ def test_groups_are_verifier_labelled_and_hold_failed_warm_start_rollouts(tmp_pa
     policy = warm_start("search_qa", n_demos=4, steps=1, batch_size=4, lr=1e-4, task_filter={"hops": 1},
                         run_dir=tmp_path / "policy", progress=False)
     cache = tmp_path / "groups.jsonl"
-    groups = labelled_groups("search_qa", 2, policy=str(policy), group_size=3, samples=2, max_new_tokens=24, chunk=2,
-                             max_tasks=8, cache=cache, progress=False)
+    groups = labelled_groups("search_qa", 2, policy=str(policy), group_size=3, samples=2, max_new_tokens=24,
+                             chunk=2, max_tasks=8, cache=cache, progress=False)
     assert len(groups) == 2
     tasks = {t["id"]: t for t in load_tasks("search_qa", "train")}
     for group in groups:
@@ -105,21 +106,27 @@ def _record(task_id: str, answers: list[tuple[str, float, str]]) -> dict:
     """A cached group record (as labelled_groups writes it) of one-turn trajectories."""
     prefix = [{"role": "system", "content": "s"}, {"role": "user", "content": "Where does Ada live?"}]
     return {"env": "lookup", "task_id": task_id,
-            "trajectories": [{"messages": prefix + [{"role": "assistant", "content": f"<answer>{a}</answer>"}],
-                              "reward": r, "source": source, "truncated": False} for a, r, source in answers]}
+            "trajectories": [{"messages": prefix + [{"role": "assistant",
+                                                     "content": f"<answer>{a}</answer>"}],
+                              "reward": r, "source": source, "truncated": False}
+                             for a, r, source in answers]}
 
 
 def test_a_record_of_a_real_task_carries_its_reference_and_its_readings_show_it():
-    """A cached group of a real lookup task gets the task's answer as its reference (`task_reference`); each reading
-    shows it once, before the trajectories, and its score lines recall each trajectory's last action."""
+    """A cached group of a real lookup task gets the task's answer as its reference (`task_reference`);
+    each reading shows it once, before the trajectories, and its score lines recall each trajectory's last
+    action."""
     task = load_tasks("lookup", "test")[0]
     group = as_trajectories(_record(task["id"], [(task["answer"], 1.0, "expert"), ("Rome", 0.0, "policy")]))
     assert [t.info["reference"] for t in group] == [str(task["answer"])] * 2
-    assert task_reference("gridworld", load_tasks("gridworld", "test")[0]["id"]) is None  # no answer: no reference
+    # no answer: no reference
+    assert task_reference("gridworld", load_tasks("gridworld", "test")[0]["id"]) is None
     for r in judge_readings([group], orders=2):
         text = r.messages[1]["content"]
-        assert text.count(f"(a correct final answer): {task['answer']}") == 1 and text.index("correct final") < text.index("<trajectory")
-        recalled = {i: line.split("last: <answer>")[1].split("</answer>")[0] for i, line in zip(r.ids, r.lines)}
+        assert text.count(f"(a correct final answer): {task['answer']}") == 1
+        assert text.index("correct final") < text.index("<trajectory")
+        recalled = {i: line.split("last: <answer>")[1].split("</answer>")[0]
+                    for i, line in zip(r.ids, r.lines)}
         assert sorted(recalled.values()) == sorted([str(task["answer"]), "Rome"])
         assert [HIGH_DIGIT if recalled[i] == str(task["answer"]) else LOW_DIGIT for i in r.ids] == r.digits
 
@@ -130,25 +137,29 @@ def test_an_unfinished_last_line_of_the_groups_cache_is_dropped_not_fatal(tmp_pa
     cache = tmp_path / "groups.jsonl"
     chunk = {"start": 0, "groups": [_record("t1", [("Oslo", 1.0, "expert"), ("Rome", 0.0, "policy")])]}
     cache.write_text(json.dumps(chunk) + "\n" + json.dumps({"start": 2, "groups": []})[:9])
-    groups = labelled_groups("lookup", 1, policy=str(tmp_path / "no-such-policy"), chunk=2, cache=cache, progress=False)
+    groups = labelled_groups("lookup", 1, policy=str(tmp_path / "no-such-policy"), chunk=2, cache=cache,
+                             progress=False)
     assert [[t.reward for t in g] for g in groups] == [[1.0, 0.0]]
-    assert [t.info for t in groups[0]] == [{"source": "expert", "truncated": False}, {"source": "policy", "truncated": False}]
+    assert [t.info for t in groups[0]] == [{"source": "expert", "truncated": False},
+                                           {"source": "policy", "truncated": False}]
     assert cache.read_text() == json.dumps(chunk) + "\n"
 
 
 def test_training_cuts_prompts_as_the_judge_scores_and_skips_a_rejected_one():
-    """The training prompt limit is LocalJudge's own default. One step on three readings with a 400-token limit:
-    a short one, one whose trajectories are cut (trained on, counted) and one whose rubric alone is over
-    the limit (rejected: skipped, counted); the update is still taken, on the two readings left."""
+    """The training prompt limit is LocalJudge's own default. One step on three readings with a 400-token
+    limit: a short one, one whose trajectories are cut (trained on, counted) and one whose rubric alone is
+    over the limit (rejected: skipped, counted); the update is still taken, on the two readings left."""
     default = inspect.signature(LocalJudge).parameters["max_prompt_tokens"].default
     assert inspect.signature(train_judge).parameters["max_prompt_tokens"].default == default
     judge = LocalJudge(dtype="bf16-autocast", max_prompt_tokens=400)
-    short, long = ([Trajectory("t", "g", f"g#{k}", [{"role": "system", "content": "s"},
-                                                     {"role": "user", "content": "Where does Ada live?"},
-                                                     {"role": "assistant", "content": f"<answer>{a}</answer>"}],
+    short, long = ([Trajectory("t", "g", f"g#{k}",
+                               [{"role": "system", "content": "s"},
+                                {"role": "user", "content": "Where does Ada live?"},
+                                {"role": "assistant", "content": f"<answer>{a}</answer>"}],
                                [], reward=r) for k, (a, r) in enumerate([(city, 1.0), ("Rome", 0.0)])]
                    for city in ("Oslo", "Oslo " + "and then some more words " * 80))
-    readings = (judge_readings([short], orders=1, rubric=SHORT_RUBRIC) + judge_readings([long], orders=1, rubric=SHORT_RUBRIC)
+    readings = (judge_readings([short], orders=1, rubric=SHORT_RUBRIC)
+                + judge_readings([long], orders=1, rubric=SHORT_RUBRIC)
                 + judge_readings([short], orders=1, rubric=SHORT_RUBRIC + " Be careful." * 150))
     assert [len(judge._prompt_ids(r.messages)) > 400 for r in readings] == [False, True, True]
     weight = next(judge.model.parameters()).detach().clone()
@@ -198,7 +209,8 @@ def test_training_moves_forced_scores_toward_the_labels_and_resumes_after_ctrl_c
     groups = _answer_groups(base.tokenizer)
     before, _ = _margin(base, groups)
     del base
-    sizes = JudgeWarmStartSizes(groups_per_env=2, group_size=3, samples=0, epochs=1, orders=2, batch_size=2, lr=5e-5)
+    sizes = JudgeWarmStartSizes(groups_per_env=2, group_size=3, samples=0, epochs=1, orders=2, batch_size=2,
+                                lr=5e-5)
     real_step, calls = jws.judge_sft_step, []
 
     def interrupted_second_step(*args, **kwargs):
@@ -226,16 +238,19 @@ def test_benchmark_tiny_size_prints_each_measure_with_its_interval(tmp_path, mon
     monkeypatch.setenv("COURSE_FAST", "1")
     monkeypatch.setenv("COURSE_RUNS", str(tmp_path / "runs"))
     module = _benchmark_module(monkeypatch)
-    rows = module.main(["--envs", "", "--held-out", "lookup", "--policy", "smollm2-135m", "--judge", "smollm2-135m",
-                        "--group-size", "2", "--max-new-tokens", "24", "--out", str(tmp_path / "out.json")])
+    rows = module.main(["--envs", "", "--held-out", "lookup", "--policy", "smollm2-135m",
+                        "--judge", "smollm2-135m", "--group-size", "2", "--max-new-tokens", "24",
+                        "--out", str(tmp_path / "out.json")])
     printed = capsys.readouterr().out
     assert "pairwise accuracy" in printed and "Kendall tau-b" in printed and "failure rate" in printed
     assert "policy-only acc." in printed and "have a turn cut at 24 tokens" in printed
     assert [(r["env"], r["tasks"], r["judge_label"]) for r in rows] == [("lookup", "all", "base"),
                                                                          ("lookup", "all", "warm-started")]
     for r in rows:
-        assert r["groups"] == 2 and r["pairs"] == 2 and r["mixed_groups"] == 2  # the expert and a failed rollout
-        assert r["policy_pairs"] == 0 and math.isnan(r["policy_pairwise_accuracy"])  # one policy rollout per group
+        # the expert and a failed rollout
+        assert r["groups"] == 2 and r["pairs"] == 2 and r["mixed_groups"] == 2
+        # one policy rollout per group
+        assert r["policy_pairs"] == 0 and math.isnan(r["policy_pairwise_accuracy"])
         low, high = r["pairwise_accuracy_ci"]
         assert low <= r["pairwise_accuracy"] <= high
         assert r["failure_rate_ci"][0] <= r["failure_rate"] <= r["failure_rate_ci"][1]
@@ -251,7 +266,8 @@ def _benchmark_module(monkeypatch):
     return module
 
 
-def test_benchmark_stops_before_any_model_loads_on_a_bad_judge_or_a_trained_held_out_env(tmp_path, monkeypatch):
+def test_benchmark_stops_before_any_model_loads_on_a_bad_judge_or_a_trained_held_out_env(tmp_path,
+                                                                                         monkeypatch):
     """A --judge folder without config.json, and a judge whose judge_warm_start.json lists the --held-out env,
     each stop the benchmark with a message before a group is built or a model is loaded."""
     import course_lib.models

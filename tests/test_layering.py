@@ -111,7 +111,8 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 # The modules of the judge package, from the bottom up.
-JUDGE_MODULES = ("errors", "answers", "prompts", "backends", "scoring", "quality", "server", "warm_start")
+JUDGE_MODULES = ("errors", "answers", "prompts", "backends", "scoring", "turns", "quality", "server",
+                 "warm_start")
 
 
 def _judge_modules_but(*allowed: str) -> list[str]:
@@ -128,13 +129,15 @@ def _judge_modules_but(*allowed: str) -> list[str]:
     ("course_lib.checkpoint", ["course_lib.train", "course_lib.credit", "course_lib.evaluate"]),
     # nothing under the judge imports the trainer, evaluation or the course's own helpers
     ("course_lib.judge", ["course_lib.evaluate", "course_lib.train", "course_lib.course"]),
-    # inside the judge: errors <- answers, prompts, backends <- scoring <- quality, server, warm_start
+    # inside the judge: errors <- answers, prompts, backends <- scoring <- turns, quality, server, warm_start
     ("course_lib.judge.errors", _judge_modules_but("errors")),
     ("course_lib.judge.answers", _judge_modules_but("errors", "answers")),
     ("course_lib.judge.prompts", _judge_modules_but("errors", "prompts")),
     ("course_lib.judge.backends", _judge_modules_but("errors", "backends")),
-    ("course_lib.judge.scoring", ["course_lib.judge.quality", "course_lib.judge.server",
-                                  "course_lib.judge.warm_start"]),
+    ("course_lib.judge.scoring", ["course_lib.judge.turns", "course_lib.judge.quality",
+                                  "course_lib.judge.server", "course_lib.judge.warm_start"]),
+    ("course_lib.judge.turns", ["course_lib.judge.quality", "course_lib.judge.server",
+                                "course_lib.judge.warm_start"]),
     # environments never import their task generators
     ("course_lib.envs", ["course_lib.tasks"]),
 ])

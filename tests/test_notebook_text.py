@@ -43,7 +43,8 @@ RULES: list[tuple[str, re.Pattern[str], str]] = [
      "a seed-picking story: say which seed runs and show the spread, not how it was chosen"),
     ("stored run", re.compile(r"\b(stored|committed)(\s+(fast|full|fast-mode|full-mode))?\s+runs?\b",
                               re.IGNORECASE),
-     "a remark about one particular stored run: describe what happens, or compute the sentence from the output"),
+     "a remark about one particular stored run: describe what happens, or compute the sentence from the "
+     "output"),
     ("runs counted", re.compile(r"\bin (two|three|four|five|six|seven|eight|nine|ten|\d+) (runs|sessions)\b",
                                 re.IGNORECASE),
      "how often a number was measured is benchmark bookkeeping: benchmarks/README.md"),
@@ -63,7 +64,8 @@ def markdown_cells(path: Path) -> list[tuple[int, str]]:
 
 
 def text_problems(cells: list[tuple[int, str]]) -> list[str]:
-    """One line per rule match, 'cell N: rule: ...excerpt... (why)', plus a line if the machine is named twice."""
+    """One line per rule match, 'cell N: rule: ...excerpt... (why)', plus a line if the machine is named
+    twice."""
     problems = []
     for index, text in cells:
         for name, pattern, why in RULES:
@@ -73,8 +75,8 @@ def text_problems(cells: list[tuple[int, str]]) -> list[str]:
                 problems.append(f"cell {index}: {name}: ...{excerpt}... ({why})")
     machine = [index for index, text in cells for _ in MACHINE.finditer(text)]
     if len(machine) > 1:
-        problems.append(f"cells {machine}: the 2-core machine is named {len(machine)} times; a notebook may say "
-                        "once what produced its outputs (and point at the README), not repeat it")
+        problems.append(f"cells {machine}: the 2-core machine is named {len(machine)} times; a notebook may "
+                        "say once what produced its outputs (and point at the README), not repeat it")
     return problems
 
 

@@ -20,7 +20,8 @@ from course_lib.credit import gae, gigpo_advantages, outcome_advantages, turn_ad
 from course_lib.envs.gridworld import GridWorldEnv
 
 # S at the top left, G at the bottom left, a wall of holes in between except on the right.
-MAP = {"id": "m", "grid": ["S..", "HH.", "G.."], "size": 3, "start": [0, 0], "goal": [2, 0], "shortest_path_len": 6}
+MAP = {"id": "m", "grid": ["S..", "HH.", "G.."], "size": 3, "start": [0, 0], "goal": [2, 0],
+       "shortest_path_len": 6}
 
 
 def test_path_rewards_path_vs_line_disagree_next_to_a_hole():

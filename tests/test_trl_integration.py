@@ -121,8 +121,8 @@ def test_a_cut_last_turn_looks_truncated_to_trl(policy):
     # TRL 1.16 calls a completion truncated when its last id is not an end-of-sequence token.
     model, tok = policy
     eot = end_of_turn_id(tok)
-    (group,) = rollout(model, tok, ENV, load_tasks(ENV, "train", 1), group_size=2, max_turns=1, max_new_tokens=3,
-                       progress=False)
+    (group,) = rollout(model, tok, ENV, load_tasks(ENV, "train", 1), group_size=2, max_turns=1,
+                       max_new_tokens=3, progress=False)
     for t in group.trajectories:
         assert t.steps[-1].truncated
         start, end = trajectory_completion(t, eot)
@@ -234,7 +234,8 @@ def test_environment_factory_masks_exactly_the_tool_results(dataset, tmp_path):
             tool_text = tok.decode(ids[k:zeros])
             observation = f"Agent {task['target']} is stationed in {task['answer']}."
             # exactly the template's tool-result block: our observation and the framing around it
-            assert tool_text == f"\n<|im_start|>user\n<tool_response>\n{observation}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+            assert tool_text == (f"\n<|im_start|>user\n<tool_response>\n{observation}\n</tool_response>"
+                                 "<|im_end|>\n<|im_start|>assistant\n")
             length = int(out["completion_mask"][row].sum())
             assert zeros < length and all(mask[zeros:length])  # the model's next turn: trained on again
     rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]

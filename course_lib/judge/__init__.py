@@ -14,9 +14,9 @@ The package's map (import each name from its module; this file re-exports nothin
   `YesNoBackend` (P(yes), pointwise judging), `ForcedBackend` and `ForcingCheck` (forced score digits).
   `LocalJudge` (in-process transformers) satisfies all of them, `OpenAIJudge` (any OpenAI-compatible
   endpoint) all but `YesNoBackend`.
-* `scoring`: the judges: `score_group`, `score_pointwise`, `score_turns`, `score_turns_pointwise` (each
-  takes the backend as the keyword ``judge=``), what they return (`JudgeScore`, `GroupScores`,
-  `TurnScores`, `JudgeMetrics`) and `group_layout`.
+* `scoring`: the judges of a group: `score_group`, `score_pointwise` (each takes the backend as the
+  keyword ``judge=``), what they return (`JudgeScore`, `GroupScores`, `JudgeMetrics`) and `group_layout`.
+* `turns`: the turn judges, built on `scoring`: `score_turns`, `score_turns_pointwise` and `TurnScores`.
 * `quality`: how far to trust a judge: `judge_agreement` against a verifier, `pairwise_agreement`,
   `verifier_groups`, `bootstrap_interval`.
 * `server`: a small OpenAI-compatible server answering from a local model

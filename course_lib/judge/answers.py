@@ -99,7 +99,8 @@ def parse_scores(text: str, expected: list[str], key: str = "id") -> dict[str, t
         found[item_id] = (_as_score(item["score"], f"{key} {item_id}"), str(item.get("explanation", "")))
     missing = [i for i in expected if i not in found]
     if missing:
-        raise JudgeAnswerError(f"no score for {key} {', '.join(missing)}; score every one of: {', '.join(expected)}")
+        raise JudgeAnswerError(f"no score for {key} {', '.join(missing)}; "
+                               f"score every one of: {', '.join(expected)}")
     return found
 
 
@@ -112,7 +113,8 @@ def expected_digit(digit_probs: list[float], min_mass: float = MIN_DIGIT_MASS) -
     """
     mass = sum(digit_probs)
     if not (mass >= min_mass and mass > 0):  # NaN (a model overflowing in fp16) fails too
-        raise JudgeAnswerError(f"only {mass:.2f} of the probability is on the score digits (min_mass={min_mass})")
+        raise JudgeAnswerError(f"only {mass:.2f} of the probability is on the score digits "
+                               f"(min_mass={min_mass})")
     top = max(range(len(digit_probs)), key=digit_probs.__getitem__)
     digit = sum(d * p for d, p in enumerate(digit_probs)) / mass
     return digit / (len(digit_probs) - 1), f"E[digit] = {digit:.2f}, top {top}, P(digits) = {mass:.2f}"

@@ -51,7 +51,8 @@ class Completion(NamedTuple):
 
 
 class YesNo(NamedTuple):
-    """A pointwise verdict: P(yes) / (P(yes) + P(no)) for the answer's first token, and the prompt's tokens."""
+    """A pointwise verdict: P(yes) / (P(yes) + P(no)) for the answer's first token, and the prompt's
+    tokens."""
 
     p_yes: float
     prompt_tokens: int
@@ -207,21 +208,22 @@ class LocalJudge:
             if keep < 0:
                 break
             head, tail = content[:keep // 2], content[len(content) - (keep - keep // 2):]
-            cut = (f"{self.tokenizer.decode(head)}\n[... {len(content) - keep} tokens cut: the judge reads at "
-                   f"most {self.max_prompt_tokens} ...]\n{self.tokenizer.decode(tail)}")
+            cut = (f"{self.tokenizer.decode(head)}\n[... {len(content) - keep} tokens cut: the judge reads "
+                   f"at most {self.max_prompt_tokens} ...]\n{self.tokenizer.decode(tail)}")
             messages = messages[:longest] + [{**messages[longest], "content": cut}] + messages[longest + 1:]
             ids = self._prompt_ids(messages)
         raise JudgeRequestRejected(
             f"the judge prompt has {len(ids)} tokens and cutting its trajectories cannot bring it to "
-            f"max_prompt_tokens={self.max_prompt_tokens}: the instructions alone take about {len(ids) - len(content)}; "
-            "raise max_prompt_tokens or shorten the rubric")
+            f"max_prompt_tokens={self.max_prompt_tokens}: the instructions alone take about "
+            f"{len(ids) - len(content)}; raise max_prompt_tokens or shorten the rubric")
 
     def _encode(self, messages: list[dict[str, str]]):
         import torch
 
         return torch.tensor([self._fit_prompt(messages)], device=self.model.device)
 
-    def complete(self, messages: list[dict[str, str]], *, max_tokens: int = 512, temperature: float = 0.0) -> str:
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int = 512,
+                 temperature: float = 0.0) -> str:
         return self.complete_with_usage(messages, max_tokens=max_tokens, temperature=temperature).text
 
     def complete_with_usage(self, messages: list[dict[str, str]], *, max_tokens: int = 512,
@@ -233,7 +235,8 @@ class LocalJudge:
 
         input_ids = self._encode(messages)
         sample = temperature > 0
-        with self._lock, torch.no_grad(), autocast_context(self.model.device, getattr(self.model, "course_autocast", None)):
+        with self._lock, torch.no_grad(), autocast_context(self.model.device,
+                                                           getattr(self.model, "course_autocast", None)):
             out = self.model.generate(
                 input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_tokens,
                 do_sample=sample, temperature=temperature if sample else None, top_p=None, top_k=None,
@@ -265,7 +268,8 @@ class LocalJudge:
         return True
 
     def _digit_ids(self) -> list[list[int]]:
-        """Per score digit d, the token ids that are d alone once surrounding spaces are stripped ("7", " 7")."""
+        """Per score digit d, the token ids that are d alone once surrounding spaces are stripped ("7",
+        " 7")."""
         if not hasattr(self, "_digits"):
             texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
             self._digits = [[i for i, t in enumerate(texts) if t.strip() == d] for d in SCORE_DIGITS]
@@ -319,11 +323,12 @@ class LocalJudge:
         width, n, device = max(map(len, rows)), len(rows), self.model.device
         pad = self.tokenizer.pad_token_id or 0
         input_ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
-        mask = torch.tensor([[1] * (len(prompt) + len(r)) + [0] * (width - len(r)) for r in rows], device=device)
+        mask = torch.tensor([[1] * (len(prompt) + len(r)) + [0] * (width - len(r)) for r in rows],
+                            device=device)
         positions = (len(prompt) + torch.arange(width, device=device)).expand(n, -1)
         with autocast_context(device, getattr(self.model, "course_autocast", None)):
-            out = self.model(input_ids=torch.tensor([prompt], device=device), cache=DynamicCache(), use_cache=True,
-                             logits_to_keep=1)
+            out = self.model(input_ids=torch.tensor([prompt], device=device), cache=DynamicCache(),
+                             use_cache=True, logits_to_keep=1)
             for layer in out.cache.layers:  # one copy of the prompt's keys and values per line
                 layer.batch_select_indices(torch.zeros(n, dtype=torch.long, device=device))
             logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
@@ -332,7 +337,8 @@ class LocalJudge:
         return last, len(prompt) + sum(map(len, rows))
 
     def digit_token(self, line: str, digit: int) -> int:
-        """The token id of `digit` written right after the forced `line` (what `forced_scores` reads there)."""
+        """The token id of `digit` written right after the forced `line` (what `forced_scores` reads
+        there)."""
         token = self.tokenizer(line + str(digit), add_special_tokens=False)["input_ids"][-1]
         if token not in self._digit_ids()[digit]:
             raise ValueError(f"the tokenizer does not write {digit} after {line!r} as one digit token")
@@ -350,10 +356,12 @@ class LocalJudge:
 
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         if len(ids) > self.max_prompt_tokens:
-            raise JudgeRequestRejected(f"the prompt has {len(ids)} tokens, over max_prompt_tokens={self.max_prompt_tokens}")
+            raise JudgeRequestRejected(f"the prompt has {len(ids)} tokens, "
+                                       f"over max_prompt_tokens={self.max_prompt_tokens}")
         input_ids = torch.tensor([ids], device=self.model.device)
         sample = temperature > 0
-        with self._lock, torch.no_grad(), autocast_context(self.model.device, getattr(self.model, "course_autocast", None)):
+        with self._lock, torch.no_grad(), autocast_context(self.model.device,
+                                                           getattr(self.model, "course_autocast", None)):
             out = self.model.generate(
                 input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_tokens,
                 do_sample=sample, temperature=temperature if sample else None, top_p=None, top_k=None,
@@ -400,7 +408,8 @@ class OpenAIJudge:
         self._openai = openai
         self.base_url = base_url or os.environ.get("COURSE_JUDGE_BASE_URL") or "https://api.openai.com/v1"
         self.model = model or os.environ.get("COURSE_JUDGE_MODEL")
-        api_key = api_key or os.environ.get("COURSE_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
+        api_key = (api_key or os.environ.get("COURSE_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY")
+                   or "none")
         self.max_retries, self.backoff = max_retries, backoff
         # The client's own retries are off: ours are bounded, counted and end in a clear error.
         self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=0)
@@ -412,8 +421,8 @@ class OpenAIJudge:
         return f"openai:{self.base_url}:{self._model()}"
 
     def _retrying(self, call):
-        retryable = (self._openai.APIConnectionError, self._openai.APITimeoutError, self._openai.RateLimitError,
-                     self._openai.InternalServerError)
+        retryable = (self._openai.APIConnectionError, self._openai.APITimeoutError,
+                     self._openai.RateLimitError, self._openai.InternalServerError)
         for attempt in range(self.max_retries + 1):
             try:
                 return call()
@@ -446,7 +455,8 @@ class OpenAIJudge:
             self.model = models.data[0].id
         return self.model
 
-    def complete(self, messages: list[dict[str, str]], *, max_tokens: int = 512, temperature: float = 0.0) -> str:
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int = 512,
+                 temperature: float = 0.0) -> str:
         return self.complete_with_usage(messages, max_tokens=max_tokens, temperature=temperature).text
 
     def complete_with_usage(self, messages: list[dict[str, str]], *, max_tokens: int = 512,
@@ -457,7 +467,8 @@ class OpenAIJudge:
             model=model, messages=messages, max_tokens=max_tokens, temperature=temperature))
         usage = response.usage
         return Completion(response.choices[0].message.content or "",
-                          int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0))
+                          int(getattr(usage, "prompt_tokens", 0) or 0),
+                          int(getattr(usage, "completion_tokens", 0) or 0))
 
     def _top_logprobs(self, prompt: str) -> tuple[dict[str, float], int]:
         """The first new token's top log-probabilities for a raw-text prompt, and the tokens it cost."""
@@ -469,7 +480,8 @@ class OpenAIJudge:
         if not top:
             raise JudgeRequestRejected(f"judge endpoint {self.base_url} answered without top_logprobs")
         usage = response.usage
-        return dict(top), int(getattr(usage, "prompt_tokens", 0) or 0) + int(getattr(usage, "completion_tokens", 0) or 0)
+        return dict(top), (int(getattr(usage, "prompt_tokens", 0) or 0)
+                           + int(getattr(usage, "completion_tokens", 0) or 0))
 
     def can_force(self) -> bool:
         """Whether the endpoint serves the completions API with ``logprobs`` (vLLM, llama.cpp's server and
@@ -482,7 +494,8 @@ class OpenAIJudge:
             except JudgeRequestRejected:  # 400, 413, 422, or an answer without logprobs
                 self._forced = False
             except JudgeUnavailable as exc:
-                if not isinstance(exc.__cause__, self._openai.NotFoundError):  # no completions route: chat only
+                # no completions route: chat only
+                if not isinstance(exc.__cause__, self._openai.NotFoundError):
                     raise
                 self._forced = False
         return self._forced

@@ -40,9 +40,10 @@ Scores are numbers from 0 to 1."""
 
 # The pointwise questions, asked after the rendered trajectory (or the turns up to the one judged).
 TASK_QUESTION = "Question: did the agent complete the task correctly? Answer yes or no."
-TURN_QUESTION = ("Was the last action a useful, well-formed next step toward the goal, given what the agent knew? "
-                 "Answer yes or no.")
-# A reference-guided group prompt shows the task's known answer (search_qa's, lookup's) before the trajectories.
+TURN_QUESTION = ("Was the last action a useful, well-formed next step toward the goal, given what the agent "
+                 "knew? Answer yes or no.")
+# A reference-guided group prompt shows the task's known answer (search_qa's, lookup's) before the
+# trajectories.
 REFERENCE_TEXT = "The reference answer to this task (a correct final answer): {reference}"
 # Characters of one message shown to the judge; long tool outputs are cut in the middle.
 MAX_MESSAGE_CHARS = 1500
@@ -102,7 +103,8 @@ def _group_text(prefix: list[dict[str, str]], remainders: dict[str, list[dict[st
                 reference: str | None = None) -> str:
     """The user message of a group prompt: the shared context once, the task's reference answer when there
     is one (`REFERENCE_TEXT`), each trajectory under its id, the ids."""
-    parts = ["All trajectories start from this shared context:", "<context>", render_messages(prefix), "</context>", ""]
+    parts = ["All trajectories start from this shared context:", "<context>", render_messages(prefix),
+             "</context>", ""]
     if reference is not None:
         parts += [REFERENCE_TEXT.format(reference=reference), ""]
     for i in remainders:
@@ -114,12 +116,14 @@ def _group_text(prefix: list[dict[str, str]], remainders: dict[str, list[dict[st
 
 def group_prompt(prefix: list[dict[str, str]], remainders: dict[str, list[dict[str, str]]],
                  rubric: str, reference: str | None = None) -> list[dict[str, str]]:
-    """The judge's messages: rubric and answer format (system), shared context once, then each trajectory by id."""
+    """The judge's messages: rubric and answer format (system), shared context once, then each trajectory
+    by id."""
     example = ", ".join(f'{{"id": "{i}", "explanation": "...", "score": 0.0}}' for i in list(remainders)[:2])
     system = (f"You are a strict, fair judge of AI agent trajectories.\n\n{rubric}\n\n"
               f"Answer with a JSON list only, one entry per trajectory id, like [{example}, ...]. "
               f"Write the explanation (one short sentence) before the score.")
-    return [{"role": "system", "content": system}, {"role": "user", "content": _group_text(prefix, remainders, reference)}]
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": _group_text(prefix, remainders, reference)}]
 
 
 # The forced answer: the judge's answer starts with this header, then one `score_line(id)` per id, each
@@ -135,7 +139,8 @@ def score_line(trajectory_id: str, remainder: list[dict[str, str]] | None = None
     """The forced start of one id's answer line; the score digit comes next.
 
     Without `remainder`: "id t3f2: ". With it (the trajectory's messages after the shared context), the line
-    recalls how many actions it took and its last action: 'id t3f2 (2 actions, last: <answer>Nadale</answer>): '.
+    recalls how many actions it took and its last action:
+    'id t3f2 (2 actions, last: <answer>Nadale</answer>): '.
     A small judge reads poorly across a long prompt: at the score it would have to find the trajectory by
     its id and then its ending; the recap puts the ending (and, with `REFERENCE_TEXT`, what to compare it
     with) next to the digit. The whole trajectory is still in the prompt above.
@@ -159,19 +164,22 @@ def forced_group_prompt(prefix: list[dict[str, str]], remainders: dict[str, list
     # made-up ids and recaps (see `score_line`): no score is suggested for a real trajectory
     example = "id t5c (3 actions, last: ...): 8\nid t9e (1 action, last: ...): 3"
     system = (f"You are a strict, fair judge of AI agent trajectories.\n\n{rubric}\n\n"
-              f"Write each score as one digit from 0 (useless) to 9 (perfect): the digit d means the score d/9. "
-              f"Answer with '{SCORES_HEADER.strip()}' and then one line per trajectory id, like:\n"
+              f"Write each score as one digit from 0 (useless) to 9 (perfect): the digit d means the score "
+              f"d/9. Answer with '{SCORES_HEADER.strip()}' and then one line per trajectory id, like:\n"
               f"{SCORES_HEADER}{example}")
-    return [{"role": "system", "content": system}, {"role": "user", "content": _group_text(prefix, remainders, reference)}]
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": _group_text(prefix, remainders, reference)}]
 
 
-def pointwise_prompt(prefix: list[dict[str, str]], remainder: list[dict[str, str]], rubric: str) -> list[dict[str, str]]:
+def pointwise_prompt(prefix: list[dict[str, str]], remainder: list[dict[str, str]],
+                     rubric: str) -> list[dict[str, str]]:
     """One trajectory alone, the rubric as the system message, ending in the yes/no question."""
     text = f"{render_messages(prefix)}\n{render_messages(remainder)}\n\n{TASK_QUESTION}"
     return [{"role": "system", "content": rubric}, {"role": "user", "content": text}]
 
 
-def trajectory_turns(trajectory: Trajectory | list[dict[str, str]]) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
+def trajectory_turns(trajectory: Trajectory | list[dict[str, str]]
+                     ) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
     """(the messages before the first action, [(action, observation) per turn])."""
     messages = as_conversation(trajectory)
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
@@ -186,7 +194,8 @@ def trajectory_turns(trajectory: Trajectory | list[dict[str, str]]) -> tuple[lis
     return messages[:first], turns
 
 
-def turn_prompt(context: list[dict[str, str]], turns: list[tuple[str, str]], rubric: str) -> list[dict[str, str]]:
+def turn_prompt(context: list[dict[str, str]], turns: list[tuple[str, str]],
+                rubric: str) -> list[dict[str, str]]:
     """The turn judge's messages: rubric and answer format (system), the context, then each turn by number."""
     system = (f"You are a strict, fair judge of the steps of an AI agent.\n\n{rubric}\n\n"
               'Answer with a JSON list only, one entry per turn, like [{"turn": 1, "explanation": "...", '

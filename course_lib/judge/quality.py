@@ -39,8 +39,8 @@ def pairwise_agreement(scores: list[float], rewards: list[float]) -> tuple[float
     return agree, pairs
 
 
-def verifier_groups(env_name: str, n_groups: int, *, group_size: int = 4, n_expert: int | None = None, model=None,
-                    tokenizer=None, seed: int = 0, split: str = "test", max_new_tokens: int = 96,
+def verifier_groups(env_name: str, n_groups: int, *, group_size: int = 4, n_expert: int | None = None,
+                    model=None, tokenizer=None, seed: int = 0, split: str = "test", max_new_tokens: int = 96,
                     progress: bool = False, judge=None) -> list[list[Trajectory]]:
     """Groups with verifier rewards that vary: `n_expert` expert demonstrations (default half) plus
     base-policy rollouts (temperature 1) of the same task. Reusable across judges.
@@ -82,11 +82,12 @@ def _judgings(trajectories: list[Trajectory], judge, method: str, *, seed: int, 
             for reverse in (False, True)]
 
 
-def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group", group_size: int = 4, model=None,
-                    tokenizer=None, seed: int = 0, n_expert: int | None = None, split: str = "test",
-                    max_retries: int = 2, rubric: str = DEFAULT_RUBRIC, max_new_tokens: int = 96,
-                    judge_max_tokens: int = 512, groups: list[list[Trajectory]] | None = None,
-                    references: bool = True, progress: bool = False) -> dict[str, Any]:
+def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group", group_size: int = 4,
+                    model=None, tokenizer=None, seed: int = 0, n_expert: int | None = None,
+                    split: str = "test", max_retries: int = 2, rubric: str = DEFAULT_RUBRIC,
+                    max_new_tokens: int = 96, judge_max_tokens: int = 512,
+                    groups: list[list[Trajectory]] | None = None, references: bool = True,
+                    progress: bool = False) -> dict[str, Any]:
     """How well a judge agrees with a verifier, on groups that mix expert demonstrations and policy rollouts.
 
     Each group holds `n_expert` expert trajectories (default half) and the rest base-policy rollouts
@@ -130,14 +131,17 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group
     for k, trajectories in enumerate(tqdm(groups, desc=f"judging ({name}, {method})", disable=not progress,
                                           leave=False)):
         runs = _judgings(trajectories, judge, method, seed=seed * 1000 + k * 2, rubric=rubric,
-                         max_retries=max_retries, max_tokens=judge_max_tokens, metrics=metrics, references=references)
+                         max_retries=max_retries, max_tokens=judge_max_tokens, metrics=metrics,
+                         references=references)
         tally.add(trajectories, runs)
     n, judgings = max(1, len(groups)), max(1, metrics.groups)
     return {
         "env": env_name, "judge": name, "method": method, "groups": len(groups), "group_size": group_size,
         "expert_per_group": n_expert, **tally.summary(),
-        "failure_rate": tally.failed / n, "tokens_per_group": metrics.tokens / n, "seconds_per_group": metrics.seconds / n,
-        "failed_judgings_rate": metrics.failed_groups / judgings, "tokens_per_judging": metrics.tokens / judgings,
+        "failure_rate": tally.failed / n, "tokens_per_group": metrics.tokens / n,
+        "seconds_per_group": metrics.seconds / n,
+        "failed_judgings_rate": metrics.failed_groups / judgings,
+        "tokens_per_judging": metrics.tokens / judgings,
         "seconds_per_judging": metrics.seconds / judgings,
         "judgings_per_group": 1 if method == "pointwise" else 2, "judgings": metrics.groups,
         "failed_judgings": metrics.failed_groups, "calls": metrics.calls,
@@ -156,8 +160,9 @@ class _Tally:
         from scipy.stats import kendalltau
 
         rewards = [t.reward for t in trajectories]
-        row: dict[str, Any] = {"reward_mean": sum(rewards) / len(rewards), "failed": any(run.failed for run in runs),
-                               "agree": 0.0, "pairs": 0, "policy_agree": 0.0, "policy_pairs": 0, "tau": None,
+        row: dict[str, Any] = {"reward_mean": sum(rewards) / len(rewards),
+                               "failed": any(run.failed for run in runs), "agree": 0.0, "pairs": 0,
+                               "policy_agree": 0.0, "policy_pairs": 0, "tau": None,
                                "moved": 0, "compared": 0, "shift": 0.0}
         self.groups.append(row)
         if runs[0].failed:
@@ -190,7 +195,8 @@ class _Tally:
             "pairwise_accuracy": _ratio(agree, pairs), "pairs": sum(pairs),
             "pairwise_accuracy_ci": bootstrap_interval(agree, pairs, n_boot=n_boot, seed=seed),
             "policy_pairwise_accuracy": _ratio(policy_agree, policy_pairs), "policy_pairs": sum(policy_pairs),
-            "policy_pairwise_accuracy_ci": bootstrap_interval(policy_agree, policy_pairs, n_boot=n_boot, seed=seed),
+            "policy_pairwise_accuracy_ci": bootstrap_interval(policy_agree, policy_pairs, n_boot=n_boot,
+                                                              seed=seed),
             "kendall_tau": sum(taus) / len(taus) if taus else math.nan, "tau_groups": len(taus),
             "kendall_tau_ci": bootstrap_interval(taus, [1] * len(taus), n_boot=n_boot, seed=seed),
             "position_bias_rate": _ratio(moved, compared),
@@ -205,8 +211,8 @@ def _ratio(numerators: list[float], denominators: list[float]) -> float:
     return sum(numerators) / sum(denominators) if sum(denominators) else math.nan
 
 
-def bootstrap_interval(numerators: list[float], denominators: list[float], *, n_boot: int = 2000, seed: int = 0,
-                       level: float = 0.95) -> tuple[float, float]:
+def bootstrap_interval(numerators: list[float], denominators: list[float], *, n_boot: int = 2000,
+                       seed: int = 0, level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of Σ numerators / Σ denominators, resampling groups (index i holds
     group i's two sums) with replacement `n_boot` times. For a mean over groups pass denominators of 1.
     (nan, nan) when no group has a denominator; resamples whose denominators sum to 0 are left out."""

@@ -23,7 +23,8 @@ Two ways to judge, and the caller picks one by name (nothing swaps them behind i
   system message. Always a valid number and free of position bias by construction, but absolute, not
   relative: a fair chance for a judge too small to write the group JSON (the embedded 135M model).
 
-`score_turns` and `score_turns_pointwise` are the same two ways for the turns of one trajectory.
+`score_turns` and `score_turns_pointwise` are the same two ways for the turns of one trajectory, in
+`course_lib.judge.turns` (which imports this module).
 
 For both:
 
@@ -71,7 +72,6 @@ from course_lib.judge.errors import JudgeAnswerError, JudgeRequestRejected
 from course_lib.judge.prompts import (
     DEFAULT_RUBRIC,
     SCORES_HEADER,
-    TURN_RUBRIC,
     as_conversation,
     forced_group_prompt,
     group_prompt,
@@ -80,21 +80,18 @@ from course_lib.judge.prompts import (
     score_line,
     shared_prefix,
     short_ids,
-    trajectory_turns,
-    turn_pointwise_prompt,
-    turn_prompt,
 )
 from course_lib.trajectory import Trajectory
 
 __all__ = [
     # the judges
-    "METHODS", "GROUP_ANSWERS", "group_layout", "score_group", "score_pointwise", "score_turns",
-    "score_turns_pointwise",
+    "METHODS", "GROUP_ANSWERS", "group_layout", "score_group", "score_pointwise",
     # what they return
-    "JudgeScore", "GroupScores", "TurnScores", "JudgeMetrics",
+    "JudgeScore", "GroupScores", "JudgeMetrics",
 ]
 
-# The two ways to judge: "group" (the whole group at once, scores by id) and "pointwise" (P(yes) one at a time).
+# The two ways to judge: "group" (the whole group at once, scores by id) and "pointwise" (P(yes) one at a
+# time).
 METHODS = ("group", "pointwise")
 # How a group judging's answer is read: "forced" (digits' probabilities at forced positions), "json" (the
 # judge writes a JSON list), "auto" (forced when the backend can, else json).
@@ -115,7 +112,8 @@ class JudgeMetrics:
     """What judging cost and how often it failed. Each judging returns its own; add them up with `add`."""
 
     groups: int = 0  # groups asked for (score_group and score_pointwise)
-    pointwise: int = 0  # judgings (of a group or of turns) made pointwise: P(yes) one trajectory or turn at a time
+    # judgings (of a group or of turns) made pointwise: P(yes) one trajectory or turn at a time
+    pointwise: int = 0
     failed_groups: int = 0  # groups whose answers stayed unusable after all retries, or were refused
     trajectories: int = 0
     calls: int = 0  # backend calls, retries included
@@ -177,31 +175,18 @@ class GroupScores(list):
         return [first.index(i) if i in first else None for i in self.ids]
 
 
-class TurnScores(list):
-    """One score per turn (a list of floats), with `failed`, `explanations`, `method` and `metrics` attached.
-
-    When the judge failed, every score is NaN and `failed` is True.
-    """
-
-    def __init__(self, scores: Iterable[float], explanations: list[str], failed: bool = False, *,
-                 method: str = "group", metrics: JudgeMetrics | None = None):
-        super().__init__(scores)
-        self.explanations = explanations
-        self.failed = failed
-        self.method, self.metrics = method, metrics if metrics is not None else JudgeMetrics()
-
-
 # ----- asking with bounded retries ------------------------------------------------------------------
 
 
 def _call(judge: ChatBackend, messages: list[dict[str, str]], *, max_tokens: int,
           metrics: JudgeMetrics) -> str:
-    """One chat call to the backend, counted in `metrics` (a refused call too). Raises JudgeRequestRejected."""
+    """One chat call to the backend, counted in `metrics` (a refused call too). Raises
+    JudgeRequestRejected."""
     t0 = time.perf_counter()
     try:
         if isinstance(judge, UsageBackend):
-            text, prompt_tokens, completion_tokens = judge.complete_with_usage(messages, max_tokens=max_tokens,
-                                                                               temperature=0.0)
+            text, prompt_tokens, completion_tokens = judge.complete_with_usage(
+                messages, max_tokens=max_tokens, temperature=0.0)
             metrics.tokens += prompt_tokens + completion_tokens
             return text
         return judge.complete(messages, max_tokens=max_tokens, temperature=0.0)  # a backend without usage
@@ -306,11 +291,14 @@ def _write_cache(path: Path, value: Any) -> None:
     tmp.replace(path)  # atomic: a half-written entry is never read
 
 
-# What a way of judging does with one group: (prefix, {id: remainder}) -> ({id: (score, why)}, "") or (None, why).
-Asker = Callable[[list[dict[str, str]], dict[str, list[dict[str, str]]]], tuple[dict[str, tuple[float, str]] | None, str]]
+# What a way of judging does with one group: (prefix, {id: remainder}) -> ({id: (score, why)}, "") or
+# (None, why).
+Asker = Callable[[list[dict[str, str]], dict[str, list[dict[str, str]]]],
+                 tuple[dict[str, tuple[float, str]] | None, str]]
 
 
-def group_layout(conversations: list[list[dict[str, str]]]) -> tuple[list[dict[str, str]], dict[str, list[dict[str, str]]], list[str]]:
+def group_layout(conversations: list[list[dict[str, str]]]
+                 ) -> tuple[list[dict[str, str]], dict[str, list[dict[str, str]]], list[str]]:
     """How a group judging lays a group out: (the messages all share, {id: the rest of each distinct
     trajectory} in input order, each trajectory's id in input order). Identical trajectories share one id;
     the ids depend on the set of contents only (`short_ids` over them sorted), as the cache key does.
@@ -339,7 +327,8 @@ def _judge_distinct(trajectories: Iterable[Trajectory | list[dict[str, str]]], a
     prefix, remainders, ids = group_layout(conversations)
     if len(remainders) == 1:
         metrics.skipped_identical += 1
-        return [JudgeScore(0.5, "all trajectories are identical: nothing to compare") for _ in conversations], ids
+        return [JudgeScore(0.5, "all trajectories are identical: nothing to compare")
+                for _ in conversations], ids
 
     contents = sorted(render_messages(r) for r in remainders.values())
     path = _cache_path(cache_dir, _hash(*cache_key, render_messages(prefix), contents))
@@ -407,15 +396,17 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
                 judge: ChatBackend | ForcedBackend, seed: int = 0, two_orders: bool = False,
                 reverse: bool = False, answer: str = "auto", min_mass: float = MIN_DIGIT_MASS,
                 max_retries: int = 2, reference: str | None = None, cache_dir: str | Path | None = None,
-                use_cache: bool = True, max_tokens: int = 512, metrics: JudgeMetrics | None = None) -> GroupScores:
+                use_cache: bool = True, max_tokens: int = 512,
+                metrics: JudgeMetrics | None = None) -> GroupScores:
     """Score a group of trajectories relative to each other, the judge reading the whole group at once:
     one JudgeScore per trajectory, in input order.
 
     trajectories: `Trajectory` objects (or plain chat-message lists) of one task.
     judge: a backend (keyword only): a `ForcedBackend` (forced reads) or a `ChatBackend` (JSON answers),
     see `course_lib.judge.backends`.
-    answer: "forced" (``method == "group_forced"``: the judge's answer is forced to ``Scores:\nid <id> (recap): ``
-    and each score is the expected digit 0..9 at that position, divided by 9; see `expected_digit`),
+    answer: "forced" (``method == "group_forced"``: the judge's answer is forced to
+    ``Scores:\nid <id> (recap): `` and each score is the expected digit 0..9 at that position, divided by 9;
+    see `expected_digit`),
     "json" (``method == "group_json"``: the judge writes a JSON list, re-asked at most `max_retries`
     times, each answer at most `max_tokens` long), or "auto": forced when the backend can read
     next-token probabilities (`LocalJudge`, an endpoint with completions logprobs), else json.
@@ -452,9 +443,10 @@ def score_group(trajectories: Iterable[Trajectory | list[dict[str, str]]], rubri
 
     # the method is named in the key (v4: before, a backend's mode chose it); forced reads have their own
     # (forced v2: score lines recall each trajectory's ending; the reference is part of the prompt)
-    key = ("group-forced-v2", rubric, judge.name, seed, two_orders, reverse, min_mass, reference) if forced else \
-        ("group-v5", rubric, judge.name, seed, two_orders, reverse, reference)
-    scores, ids = _judge_distinct(trajectories, ask, key, cache_dir=cache_dir, use_cache=use_cache, metrics=own)
+    key = (("group-forced-v2", rubric, judge.name, seed, two_orders, reverse, min_mass, reference) if forced
+           else ("group-v5", rubric, judge.name, seed, two_orders, reverse, reference))
+    scores, ids = _judge_distinct(trajectories, ask, key, cache_dir=cache_dir, use_cache=use_cache,
+                                  metrics=own)
     orders = _reading_orders(ids, seed, reverse, two_orders) if len(set(ids)) > 1 else []
     return _returned(scores, "group_forced" if forced else "group_json", own, metrics, ids=ids, orders=orders)
 
@@ -483,7 +475,8 @@ def score_pointwise(trajectories: Iterable[Trajectory | list[dict[str, str]]],
             return None, f"judge refused the request: {exc}"
 
     key = ("pointwise-v1", rubric, judge.name)
-    scores, ids = _judge_distinct(trajectories, ask, key, cache_dir=cache_dir, use_cache=use_cache, metrics=own)
+    scores, ids = _judge_distinct(trajectories, ask, key, cache_dir=cache_dir, use_cache=use_cache,
+                                  metrics=own)
     return _returned(scores, "pointwise", own, metrics, ids=ids)
 
 
@@ -498,69 +491,3 @@ def _pointwise_score(judge: YesNoBackend, messages: list[dict[str, str]],
                      metrics: JudgeMetrics) -> tuple[float, str]:
     p = _yes_no(judge, messages, metrics)
     return p, f"P(yes) = {p:.3f}"
-
-
-# ----- the per-turn judge -----------------------------------------------------------------------------
-
-
-def score_turns(trajectory: Trajectory | list[dict[str, str]], rubric: str = TURN_RUBRIC, *,
-                judge: ChatBackend, max_retries: int = 2, max_tokens: int = 512,
-                metrics: JudgeMetrics | None = None) -> TurnScores:
-    """Score every turn of one trajectory in one judge call: was this action useful given what was known?
-    One float per turn (``method == "group"``: all turns judged together, in one JSON answer).
-
-    judge: a `ChatBackend` (keyword only). Same protocol as `score_group` (JSON, checked turn numbers,
-    bounded re-asks). On failure (a rejected request included) the result has ``failed=True`` and NaN
-    scores, and its metrics count it.
-    """
-    _check_chats(judge, "turn judging")
-    context, turns = trajectory_turns(trajectory)
-    own = JudgeMetrics()
-    if turns:
-        own.turn_calls += 1
-        expected = [str(k) for k in range(1, len(turns) + 1)]
-        found, why = _ask(judge, turn_prompt(context, turns, rubric), expected, key="turn",
-                          max_retries=max_retries, max_tokens=max_tokens, metrics=own)
-        scored = None if found is None else [found[k] for k in expected]
-    else:
-        scored, why = [], ""
-    return _turns_returned(scored, why, len(turns), "group", own, metrics)
-
-
-def score_turns_pointwise(trajectory: Trajectory | list[dict[str, str]], rubric: str = TURN_RUBRIC, *,
-                          judge: YesNoBackend, metrics: JudgeMetrics | None = None) -> TurnScores:
-    """Score every turn of one trajectory on its own: for turn t the judge reads the task and turns 1..t,
-    and the score is P(yes) for "was the last action a useful, well-formed next step?"
-    (``method == "pointwise"``). One backend question per turn.
-
-    judge: a `YesNoBackend` (keyword only; `LocalJudge`). The rubric is the system message (without
-    the JSON answer format, which does not apply). A rejected prompt fails the trajectory (NaN scores,
-    ``failed=True``, counted).
-    """
-    _check_reads_yes_no(judge)
-    context, turns = trajectory_turns(trajectory)
-    own = JudgeMetrics()
-    scored, why = [], ""
-    if turns:
-        own.turn_calls += 1
-        own.pointwise += 1
-        try:
-            for k in range(len(turns)):
-                scored.append(_pointwise_score(judge, turn_pointwise_prompt(context, turns[:k + 1], rubric), own))
-        except JudgeRequestRejected as exc:
-            own.record_error(str(exc))
-            scored, why = None, f"judge refused the request: {exc}"
-    return _turns_returned(scored, why, len(turns), "pointwise", own, metrics)
-
-
-def _turns_returned(scored: list[tuple[float, str]] | None, why: str, n_turns: int, method: str,
-                    own: JudgeMetrics, total: JudgeMetrics | None) -> TurnScores:
-    """The TurnScores of a judging: the (score, explanation) per turn, or NaN everywhere when it failed."""
-    if scored is None:
-        own.failed_turn_calls += 1
-        result = TurnScores([math.nan] * n_turns, [why] * n_turns, failed=True, method=method, metrics=own)
-    else:
-        result = TurnScores([s for s, _ in scored], [e for _, e in scored], method=method, metrics=own)
-    if total is not None:
-        total.add(own)
-    return result

@@ -77,8 +77,8 @@ def completion_answer(judge, model_name: str, request: dict[str, Any]) -> tuple[
         return _error(400, "streaming and echo are not supported by this server")
     max_tokens = int(request.get("max_tokens") or 16)
     try:
-        out = judge.complete_text(prompt, max_tokens=max_tokens, temperature=float(request.get("temperature") or 0),
-                                  top=top)
+        out = judge.complete_text(prompt, max_tokens=max_tokens,
+                                  temperature=float(request.get("temperature") or 0), top=top)
     except JudgeRequestRejected as exc:
         return _error(400, str(exc))
     except Exception as exc:
@@ -137,7 +137,8 @@ def make_handler(judge: LocalJudge, model_name: str) -> type[BaseHTTPRequestHand
 
 def make_server(port: int = 8011, host: str = "127.0.0.1", name: str = "smollm2-135m", model=None,
                 tokenizer=None, max_prompt_tokens: int = 6000) -> ThreadingHTTPServer:
-    """A server bound to (host, port), not yet serving; port 0 picks a free port (see `server.server_port`)."""
+    """A server bound to (host, port), not yet serving; port 0 picks a free port (see
+    `server.server_port`)."""
     judge = LocalJudge(name, model=model, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens)
     return ThreadingHTTPServer((host, port), make_handler(judge, name))
 
@@ -156,10 +157,12 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--model", default="smollm2-135m", help="a load_policy name or checkpoint folder")
     parser.add_argument("--max-prompt-tokens", type=int, default=6000,
-                        help="longer prompts lose trajectory text in the middle; 400 when the rest cannot fit")
+                        help="longer prompts lose trajectory text in the middle; "
+                             "400 when the rest cannot fit")
     args = parser.parse_args()
     server = make_server(args.port, args.host, args.model, max_prompt_tokens=args.max_prompt_tokens)
-    print(f"judge server: http://{args.host}:{server.server_port}/v1 (model {args.model}); Ctrl+C stops it", flush=True)
+    print(f"judge server: http://{args.host}:{server.server_port}/v1 (model {args.model}); Ctrl+C stops it",
+          flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -5,10 +5,11 @@ search_qa, scores rising with the position in the prompt). So it is taught, as a
 
 * **groups** (`labelled_groups`): for each *train* task of an environment with a verifier, the expert's
   demonstration and `samples` rollouts of a warm-started policy (`policy_warm_start`: the environment's
-  `course_warm_start`, smaller for two of them; temperature 1). A task enters when at least one rollout failed; its group is the expert, one failed
-  rollout, and `group_size - 2` more rollouts drawn from the rest (failures or successes). Every label is
-  the verifier's reward, the expert's too. The negatives are the policy's own failures (a two-hop
-  question answered with the first hop's city, a walk into a hole), not a base model's noise.
+  `course_warm_start`, smaller for two of them; temperature 1). A task enters when at least one rollout
+  failed; its group is the expert, one failed rollout, and `group_size - 2` more rollouts drawn from the
+  rest (failures or successes). Every label is the verifier's reward, the expert's too. The negatives are
+  the policy's own failures (a two-hop question answered with the first hop's city, a walk into a hole),
+  not a base model's noise.
 * **the reading** (`judge_readings`): the judge is shown each group exactly as `score_group` shows it
   (`group_layout`, `forced_group_prompt` with the task's reference answer where it has one, the answer
   forced to ``Scores:\\nid <id> (recap): ``, see `score_line`), in rotations of
@@ -77,7 +78,8 @@ DEFAULT_TURNS = 6
 # part of every cache key (`ensure_judge_warm_start`, benchmarks/judge_quality.py), so old caches are not
 # reused.
 FORMAT = 2  # 2: reference-guided prompts (`task_reference`), score lines that recall each trajectory's ending
-# The judge is trained on prompts cut as `LocalJudge` cuts them when it scores: one limit, LocalJudge's default.
+# The judge is trained on prompts cut as `LocalJudge` cuts them when it scores: one limit, LocalJudge's
+# default.
 JUDGE_PROMPT_TOKENS: int = LocalJudge.__init__.__kwdefaults__["max_prompt_tokens"]
 # The token limit of one policy turn in the rollouts the judge learns from: the RL runs' default
 # (`max_new_tokens` of the trainer's rollout config, 48). Its own constant, so that the judge never imports
@@ -101,10 +103,13 @@ class JudgeWarmStartSizes(Sizes):
 
 JUDGE_WARM_START = {
     "fast": JudgeWarmStartSizes(groups_per_env=2, group_size=3, samples=2, epochs=1, orders=2, batch_size=2),
-    "full": JudgeWarmStartSizes(groups_per_env=64, group_size=4, samples=4, epochs=1, orders=2, batch_size=8, lr=1e-4),
-    # notebook 09's learning mode: one environment (search_qa), half the groups, 32 steps of 4 readings. Measured
-    # (benchmarks/README.md, judge_quality): learning starts after about 80 readings; 8 steps of 8 were not enough.
-    "notebook": JudgeWarmStartSizes(groups_per_env=32, group_size=4, samples=4, epochs=2, orders=2, batch_size=4, lr=1e-4),
+    "full": JudgeWarmStartSizes(groups_per_env=64, group_size=4, samples=4, epochs=1, orders=2, batch_size=8,
+                                lr=1e-4),
+    # notebook 09's learning mode: one environment (search_qa), half the groups, 32 steps of 4 readings.
+    # Measured (benchmarks/README.md, judge_quality): learning starts after about 80 readings; 8 steps of 8
+    # were not enough.
+    "notebook": JudgeWarmStartSizes(groups_per_env=32, group_size=4, samples=4, epochs=2, orders=2,
+                                    batch_size=4, lr=1e-4),
 }
 
 
@@ -127,7 +132,8 @@ def _group_record(env: str, expert: Trajectory, rollouts: list[Trajectory], grou
         return None
     first = rng.choice(failed)
     rest = [t for t in rollouts if t is not first]
-    members = [(expert, "expert"), (first, "policy")] + [(t, "policy") for t in rng.sample(rest, min(len(rest), group_size - 2))]
+    members = [(expert, "expert"), (first, "policy")] + [
+        (t, "policy") for t in rng.sample(rest, min(len(rest), group_size - 2))]
     return {"env": env, "task_id": expert.task_id,
             "trajectories": [{"messages": t.messages, "reward": float(t.reward), "source": source,
                               "truncated": any(s.truncated for s in t.steps)} for t, source in members]}
@@ -148,18 +154,20 @@ def _answers(env: str) -> dict[str, Any]:
 
 def as_trajectories(record: dict[str, Any]) -> list[Trajectory]:
     """A cached group record as `Trajectory` objects (messages, reward; source, truncated and the task's
-    reference answer, `task_reference`, in `info`; no tokens), which `score_group` and `judge_agreement` take."""
+    reference answer, `task_reference`, in `info`; no tokens), which `score_group` and `judge_agreement`
+    take."""
     group_id = f"{record['env']}:{record['task_id']}"
     reference = task_reference(record["env"], record["task_id"])
-    return [Trajectory(task_id=record["task_id"], group_id=group_id, traj_id=f"{group_id}#{k}", messages=t["messages"],
-                       prompt_ids=[], reward=t["reward"],
+    return [Trajectory(task_id=record["task_id"], group_id=group_id, traj_id=f"{group_id}#{k}",
+                       messages=t["messages"], prompt_ids=[], reward=t["reward"],
                        info={"source": t["source"], "truncated": t.get("truncated", False),
                              **({"reference": reference} if reference is not None else {})})
             for k, t in enumerate(record["trajectories"])]
 
 
 def _split_tasks(env: str, split: str) -> list[dict[str, Any]]:
-    """The tasks of `split`: "train", "test", or "all" (both: for an environment the judge never trained on)."""
+    """The tasks of `split`: "train", "test", or "all" (both: for an environment the judge never trained
+    on)."""
     return load_tasks(env, "train") + load_tasks(env, "test") if split == "all" else load_tasks(env, split)
 
 
@@ -231,7 +239,8 @@ def labelled_groups(env: str, n_groups: int, *, split: str = "train", policy: An
     records = [g for c in done for g in c["groups"]]
     loaded = None
     starts = range(done[-1]["start"] + chunk if done else 0, len(tasks), chunk)
-    bar = tqdm(total=n_groups, initial=min(len(records), n_groups), desc=f"judge groups ({env})", disable=not progress)
+    bar = tqdm(total=n_groups, initial=min(len(records), n_groups), desc=f"judge groups ({env})",
+               disable=not progress)
     for start in starts:
         if len(records) >= n_groups:
             break
@@ -239,8 +248,9 @@ def labelled_groups(env: str, n_groups: int, *, split: str = "train", policy: An
         model, tokenizer = loaded
         part = tasks[start:start + chunk]
         experts = expert_rollout(tokenizer, env, part)
-        rolled = rollout(model, tokenizer, env, part, group_size=samples, max_turns=ROLLOUT_TURNS.get(env, DEFAULT_TURNS),
-                         max_new_tokens=max_new_tokens, temperature=temperature, seed=seed * 1000 + start, progress=False)
+        rolled = rollout(model, tokenizer, env, part, group_size=samples,
+                         max_turns=ROLLOUT_TURNS.get(env, DEFAULT_TURNS), max_new_tokens=max_new_tokens,
+                         temperature=temperature, seed=seed * 1000 + start, progress=False)
         rng = random.Random(seed * 1000 + start)
         found = [r for e, g in zip(experts, rolled) if (r := _group_record(env, e, list(g), group_size, rng))]
         records += found
@@ -322,12 +332,14 @@ def judge_sft_step(judge: LocalJudge, optimizer: torch.optim.Optimizer, readings
             continue
         used += 1
         cut += len(judge._prompt_ids(r.messages)) > judge.max_prompt_tokens
-        targets = torch.tensor([judge.digit_token(line, d) for line, d in zip(lines, r.digits)], device=logits.device)
+        targets = torch.tensor([judge.digit_token(line, d) for line, d in zip(lines, r.digits)],
+                               device=logits.device)
         loss = torch.nn.functional.cross_entropy(logits.float(), targets)
         (loss * scale / len(readings)).backward()
         loss_sum += float(loss.detach())
         with torch.no_grad():
-            tokens = torch.tensor([[judge.digit_token(line, d) for d in range(10)] for line in lines], device=logits.device)
+            tokens = torch.tensor([[judge.digit_token(line, d) for d in range(10)] for line in lines],
+                                  device=logits.device)
             probs = torch.softmax(logits.float(), dim=-1).gather(1, tokens)
             expected = (probs * torch.arange(10, device=logits.device)).sum(1) / probs.sum(1) / 9
         for e, p, d in zip(expected.tolist(), probs.argmax(1).tolist(), r.digits):
@@ -343,9 +355,10 @@ def judge_sft_step(judge: LocalJudge, optimizer: torch.optim.Optimizer, readings
     else:
         optimizer.step()
     model.eval()
-    return {"loss": loss_sum / used if used else math.nan, "digit_accuracy": _ratio(right, len(high) + len(low)),
-            "score_success": _mean(high), "score_failure": _mean(low), "grad_norm": grad_norm, "skipped": skipped,
-            "cut_readings": cut, "skipped_readings": len(readings) - used}
+    return {"loss": loss_sum / used if used else math.nan,
+            "digit_accuracy": _ratio(right, len(high) + len(low)),
+            "score_success": _mean(high), "score_failure": _mean(low), "grad_norm": grad_norm,
+            "skipped": skipped, "cut_readings": cut, "skipped_readings": len(readings) - used}
 
 
 def _mean(xs: list[float]) -> float:
@@ -359,7 +372,8 @@ def _ratio(a: float, b: float) -> float:
 # ----- training, resumable, and the cached warm start ---------------------------------------------------
 
 
-def _plan(groups: list[list[Trajectory]], sizes: JudgeWarmStartSizes, seed: int, rubric: str) -> list[list[Reading]]:
+def _plan(groups: list[list[Trajectory]], sizes: JudgeWarmStartSizes, seed: int,
+          rubric: str) -> list[list[Reading]]:
     """Every step's readings: per epoch, all readings in a seeded shuffled order, cut into batches."""
     batches = []
     for epoch in range(sizes.epochs):
@@ -370,17 +384,18 @@ def _plan(groups: list[list[Trajectory]], sizes: JudgeWarmStartSizes, seed: int,
 
 
 def warmup_lr(step: int, steps: int, lr: float) -> float:
-    """The learning rate of update `step` (1-based) of `steps`: lr · min(1, step / w), w = max(1, steps // 10).
-    Adam's first updates move every weight by about lr whatever the gradient's size (measured here: one
-    step at lr 1e-4 sent every score of a tiny run toward the same digit); ramping over the first tenth
-    avoids that jolt. A function of the step alone, so a resumed run needs no scheduler state."""
+    """The learning rate of update `step` (1-based) of `steps`: lr · min(1, step / w),
+    w = max(1, steps // 10). Adam's first updates move every weight by about lr whatever the gradient's
+    size (measured here: one step at lr 1e-4 sent every score of a tiny run toward the same digit);
+    ramping over the first tenth avoids that jolt. A function of the step alone, so a resumed run needs no
+    scheduler state."""
     return lr * min(1.0, step / max(1, steps // 10))
 
 
 def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: JudgeWarmStartSizes, *,
-                base: str = "smollm2-135m", seed: int = 0, rubric: str = DEFAULT_RUBRIC, device: str | None = None,
-                save_every: int = 8, max_prompt_tokens: int = JUDGE_PROMPT_TOKENS, record: dict[str, Any] | None = None,
-                progress: bool = True) -> Path:
+                base: str = "smollm2-135m", seed: int = 0, rubric: str = DEFAULT_RUBRIC,
+                device: str | None = None, save_every: int = 8, max_prompt_tokens: int = JUDGE_PROMPT_TOKENS,
+                record: dict[str, Any] | None = None, progress: bool = True) -> Path:
     """Fine-tune `base` as a group judge on `groups`; returns run_dir/judge, a folder `LocalJudge` loads.
 
     Resumes from run_dir/checkpoint when there is one (the step plan is seeded, so the same readings
@@ -412,7 +427,8 @@ def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: Judg
     else:
         metrics.write_text("")  # rows of a run stopped before its first checkpoint are not kept
     config = {"sizes": sizes.options(), "seed": seed, "base": base, "groups": len(groups), "steps": len(plan),
-              "format": FORMAT, "digits": {"high": HIGH_DIGIT, "low": LOW_DIGIT}, "max_prompt_tokens": max_prompt_tokens,
+              "format": FORMAT, "digits": {"high": HIGH_DIGIT, "low": LOW_DIGIT},
+              "max_prompt_tokens": max_prompt_tokens,
               "rubric_sha1": hashlib.sha1(rubric.encode()).hexdigest(), **(record or {})}
     held, completed = DeferredInterrupt(), start
     bar = tqdm(range(start + 1, len(plan) + 1), desc="judge warm start", initial=start, total=len(plan),
@@ -422,18 +438,20 @@ def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: Judg
             for param_group in optimizer.param_groups:
                 param_group["lr"] = warmup_lr(step, len(plan), sizes.lr)
             with held.hold():
-                row = {"step": step, **judge_sft_step(judge, optimizer, plan[step - 1]), "lr": optimizer.param_groups[0]["lr"]}
+                row = {"step": step, **judge_sft_step(judge, optimizer, plan[step - 1]),
+                       "lr": optimizer.param_groups[0]["lr"]}
                 log_metrics(metrics, row)
                 completed = step
-            bar.set_postfix(loss=f"{row['loss']:.2f}", right=f"{row['digit_accuracy']:.2f}", cut=row["cut_readings"],
-                            skipped=row["skipped_readings"])
+            bar.set_postfix(loss=f"{row['loss']:.2f}", right=f"{row['digit_accuracy']:.2f}",
+                            cut=row["cut_readings"], skipped=row["skipped_readings"])
             if held.pending:
                 raise KeyboardInterrupt
             if step % save_every == 0 and step < len(plan):
                 save_checkpoint(run_dir, judge.model, judge.tokenizer, optimizer, None, step, config)
     except KeyboardInterrupt:
         save_checkpoint(run_dir, judge.model, judge.tokenizer, optimizer, None, completed, config)
-        print(f"Interrupted: judge checkpoint saved at step {completed} of {len(plan)} in {run_dir}; call again to resume.")
+        print(f"Interrupted: judge checkpoint saved at step {completed} of {len(plan)} in {run_dir}; "
+              "call again to resume.")
         raise
     finally:
         bar.close()
@@ -441,18 +459,20 @@ def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: Judg
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     totals = {k: sum(row.get(k, 0) for row in rows) for k in ("cut_readings", "skipped_readings")}
     (final / "judge_warm_start.json").write_text(json.dumps({**config, **totals}, indent=1))
-    shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)  # the optimizer state is twice the judge: not kept
+    # the optimizer state is twice the judge: not kept
+    shutil.rmtree(run_dir / "checkpoint", ignore_errors=True)
     return final
 
 
-def judge_warm_start(run_dir: str | Path, *, envs: tuple[str, ...] = TRAIN_ENVS, sizes: JudgeWarmStartSizes | None = None,
-                     policies: dict[str, str] | None = None, seed: int = 0, rubric: str = DEFAULT_RUBRIC,
-                     device: str | None = None, progress: bool = True) -> Path:
-    """Build the training groups of every env in `envs` (train tasks; cached in run_dir/groups-<env>.jsonl),
-    then `train_judge` on all of them. policies: env -> policy name or path (default: `policy_warm_start(env)`).
-    Returns the trained judge's folder (run_dir/judge); an existing one is returned as it is. Its
-    judge_warm_start.json records the envs and policies (a benchmark reads them to keep its held-out
-    environments held out)."""
+def judge_warm_start(run_dir: str | Path, *, envs: tuple[str, ...] = TRAIN_ENVS,
+                     sizes: JudgeWarmStartSizes | None = None, policies: dict[str, str] | None = None,
+                     seed: int = 0, rubric: str = DEFAULT_RUBRIC, device: str | None = None,
+                     progress: bool = True) -> Path:
+    """Build the training groups of every env in `envs` (train tasks; cached in
+    run_dir/groups-<env>.jsonl), then `train_judge` on all of them. policies: env -> policy name or path
+    (default: `policy_warm_start(env)`). Returns the trained judge's folder (run_dir/judge); an existing
+    one is returned as it is. Its judge_warm_start.json records the envs and policies (a benchmark reads
+    them to keep its held-out environments held out)."""
     run_dir = Path(run_dir)
     sizes = sizes or JUDGE_WARM_START["fast" if fast_mode() else "full"]
     if (run_dir / "judge" / "config.json").exists():
@@ -460,14 +480,16 @@ def judge_warm_start(run_dir: str | Path, *, envs: tuple[str, ...] = TRAIN_ENVS,
     groups = []
     for env in envs:
         found = labelled_groups(env, sizes.groups_per_env, split="train", policy=(policies or {}).get(env),
-                                group_size=sizes.group_size, samples=sizes.samples, max_new_tokens=sizes.max_new_tokens,
-                                seed=seed, chunk=min(8, sizes.groups_per_env), cache=run_dir / f"groups-{env}.jsonl",
+                                group_size=sizes.group_size, samples=sizes.samples,
+                                max_new_tokens=sizes.max_new_tokens, seed=seed,
+                                chunk=min(8, sizes.groups_per_env), cache=run_dir / f"groups-{env}.jsonl",
                                 progress=progress)
         if len(found) < sizes.groups_per_env:
             print(f"{env}: {len(found)} groups with a failed rollout (asked for {sizes.groups_per_env})")
         groups += found
-    record = {"envs": list(envs), "policies": {env: str((policies or {}).get(env) or f"policy_warm_start({env!r})")
-                                               for env in envs},
+    record = {"envs": list(envs),
+              "policies": {env: str((policies or {}).get(env) or f"policy_warm_start({env!r})")
+                           for env in envs},
               "rollout_turns": {env: ROLLOUT_TURNS.get(env, DEFAULT_TURNS) for env in envs},
               "light_warm_start": LIGHT_WARM_START if not fast_mode() else None}
     return train_judge(run_dir, groups, sizes, seed=seed, rubric=rubric, device=device, record=record,

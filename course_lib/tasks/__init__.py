@@ -41,11 +41,13 @@ def generator(name: str) -> ModuleType:
     the generator of the environment whose data it reads (`code_fix`)."""
     base = ENVIRONMENTS[name].data if name in ENVIRONMENTS else name
     if base not in GENERATORS:
-        raise ValueError(f"no task generator for {name!r}; environments with tasks are: {', '.join(ENV_NAMES)}")
+        raise ValueError(f"no task generator for {name!r}; "
+                         f"environments with tasks are: {', '.join(ENV_NAMES)}")
     return importlib.import_module(GENERATORS[base])
 
 
-def make_tasks(env: str, n: int, seed: int = 0, split: str = "train", seen: set[str] | None = None) -> list[dict[str, Any]]:
+def make_tasks(env: str, n: int, seed: int = 0, split: str = "train",
+               seen: set[str] | None = None) -> list[dict[str, Any]]:
     """`n` fresh tasks of environment `env` (see the module docstring); e.g. `make_tasks("gridworld", 5)`."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -61,11 +63,13 @@ def filter_tasks(tasks: list[dict[str, Any]], task_filter: dict[str, Any] | None
     if not task_filter:
         return tasks
     if not isinstance(task_filter, dict):
-        raise ValueError(f"task_filter must be a dict of task fields and values, e.g. {{\"hops\": 2}}; got {task_filter!r}")
+        raise ValueError(f"task_filter must be a dict of task fields and values, e.g. {{\"hops\": 2}}; "
+                         f"got {task_filter!r}")
     kept = [task for task in tasks if all(task.get(key) == value for key, value in task_filter.items())]
     if tasks and not kept:
         fields = sorted({key for task in tasks for key in task})
-        raise ValueError(f"no task matches task_filter {task_filter!r}; the tasks' fields are: {', '.join(fields)}")
+        raise ValueError(f"no task matches task_filter {task_filter!r}; "
+                         f"the tasks' fields are: {', '.join(fields)}")
     return kept
 
 
@@ -98,11 +102,13 @@ def check(seed: int = 0, only: list[str] | None = None, data: Path | None = None
 def main(argv: list[str] | None = None, prog: str = "python -m course_lib.tasks") -> int:
     """The command line (see the module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", metavar="NAME", choices=ENV_NAMES, help="environments to generate")
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=ENV_NAMES,
+                        help="environments to generate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: data/)")
     parser.add_argument("--check", action="store_true",
-                        help="regenerate into a temporary folder and compare with the output folder; exit 1 on a difference")
+                        help="regenerate into a temporary folder and compare with the output folder; "
+                             "exit 1 on a difference")
     args = parser.parse_args(argv)
     if args.check:
         problems = check(seed=args.seed, only=args.only, data=args.out)
@@ -115,5 +121,5 @@ def main(argv: list[str] | None = None, prog: str = "python -m course_lib.tasks"
     return 0
 
 
-__all__ = ["GENERATORS", "ENV_NAMES", "generator", "make_tasks", "filter_tasks", "generate_all", "check", "main",
-           "compare_trees", "write_jsonl"]
+__all__ = ["GENERATORS", "ENV_NAMES", "generator", "make_tasks", "filter_tasks", "generate_all", "check",
+           "main", "compare_trees", "write_jsonl"]

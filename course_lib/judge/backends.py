@@ -11,7 +11,7 @@ judge's cache key, so it names the model); what else it has decides which judgin
 * `UsageBackend` (optional): ``complete_with_usage(...) -> Completion``, the same answer with this call's
   token counts, which the judge records in its metrics (a backend without it counts 0 tokens);
 * `YesNoBackend`: ``yes_probability(messages) -> YesNo``, for pointwise judging
-  (`course_lib.judge.scoring.score_pointwise`, `score_turns_pointwise`);
+  (`course_lib.judge.scoring.score_pointwise`, `course_lib.judge.turns.score_turns_pointwise`);
 * `ForcedBackend`: ``forced_scores(messages, header, lines) -> ForcedScores``, for forced-position group
   judging (`course_lib.judge.scoring.score_group`, ``answer="forced"``), and optionally `ForcingCheck`:
   ``can_force() -> bool``, whether it can right now (an endpoint is asked once).

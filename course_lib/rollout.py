@@ -162,6 +162,7 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
     def end(e: _Episode, reward: float, last_observation: str, info: dict[str, Any], step_reward: float = 0.0) -> None:
         e.builder.finish(reward, last_observation=last_observation, done_info=info)
         e.builder.traj.steps[-1].reward += step_reward  # an episode cut at a limit keeps its last step's own reward
+        e.builder.traj.verifier_reward = e.builder.traj.reward
         e.done, e.cache = True, None
         bar.update(1)
 
@@ -249,6 +250,7 @@ def expert_rollout(tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
                 res = env.step(step.action_text)
                 if res.done:
                     b.finish(res.reward, last_observation=res.observation, done_info=res.info)
+                    b.traj.verifier_reward = b.traj.reward
                     break
                 b.add_observation(res.observation, reward=res.reward, info=res.info)
             out.append(b.traj)

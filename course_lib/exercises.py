@@ -104,7 +104,7 @@ def check_wilson_interval(fn: Any) -> Any:
 
 
 def _grade_wilson_interval(fn) -> str:
-    from course_lib.train import wilson_interval
+    from course_lib import wilson_interval
 
     for successes, n in [(0, 10), (5, 10), (10, 10), (37, 100), (1, 3)]:
         got, expected = fn(successes, n), wilson_interval(successes, n)
@@ -112,7 +112,7 @@ def _grade_wilson_interval(fn) -> str:
             raise ExerciseFailed(f"for {successes}/{n} you gave ({got[0]:.4f}, {got[1]:.4f}), expected "
                                  f"({expected[0]:.4f}, {expected[1]:.4f}). Centre (p + z²/2n)/(1 + z²/n), "
                                  "half-width z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n), z = 1.96.")
-    return "your interval matches course_lib.train.wilson_interval, including at 0/n and n/n."
+    return "your interval matches course_lib.wilson_interval, including at 0/n and n/n."
 
 
 def check_episodes_needed(fn: Any) -> Any:

@@ -63,7 +63,7 @@ from course_lib.envs import load_tasks
 from course_lib.judge import DEFAULT_RUBRIC, LocalJudge, group_layout
 from course_lib.judge_errors import JudgeRequestRejected
 from course_lib.judge_prompts import SCORES_HEADER, forced_group_prompt, score_line
-from course_lib.train import TrainConfig
+from course_lib.train.config import RolloutConfig
 from course_lib.trajectory import Trajectory
 
 TRAIN_ENVS = ("search_qa", "gridworld")  # environments with a verifier whose train tasks teach the judge
@@ -91,7 +91,7 @@ class JudgeWarmStartSizes(Sizes):
     orders: int  # readings of each group per epoch, in rotations of a shuffled order
     batch_size: int  # readings per AdamW step
     lr: float = 5e-5
-    max_new_tokens: int = TrainConfig.max_new_tokens  # token limit of one policy turn (as in RL training)
+    max_new_tokens: int = RolloutConfig.max_new_tokens  # token limit of one policy turn (as in RL training)
 
 
 JUDGE_WARM_START = {
@@ -203,7 +203,7 @@ def _read_chunks(path: Path | None) -> list[dict[str, Any]]:
 
 
 def labelled_groups(env: str, n_groups: int, *, split: str = "train", policy: Any = None, group_size: int = 4,
-                    samples: int = 4, temperature: float = 1.0, max_new_tokens: int = TrainConfig.max_new_tokens,
+                    samples: int = 4, temperature: float = 1.0, max_new_tokens: int = RolloutConfig.max_new_tokens,
                     seed: int = 0, chunk: int = 8, max_tasks: int | None = None,
                     cache: str | Path | None = None, progress: bool = True) -> list[list[Trajectory]]:
     """Up to `n_groups` verifier-labelled groups of `env`: per task, the expert and rollouts of `policy`

@@ -68,12 +68,12 @@ def _judge_module():  # imported on first use: a run without a judge never needs
     try:
         import course_lib.judge as judge
     except ImportError as exc:
-        raise RuntimeError(f"a judge reward or turn reward needs course_lib.judge, which did not import ({exc}); "
-                           "use the verifier's reward or install the judge's dependencies") from exc
+        raise RuntimeError(f"a judge reward or turn reward needs course_lib.judge, which did not import "
+                           f"({exc}); use the verifier's reward or install the judge's dependencies") from exc
     return judge
 
 
-# ----- the registries: every name of a reward source, judging method or turn-reward rule is dispatched here --
+# ----- the registries: each name of a reward source, judging method or turn-reward rule is dispatched here
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,8 @@ class JudgingMethod:
 
 JUDGING_METHODS: dict[str, JudgingMethod] = {
     "group": JudgingMethod("group", "score_group", "score_turns", takes_reference=True),
-    "pointwise": JudgingMethod("pointwise", "score_pointwise", "score_turns_pointwise", takes_reference=False),
+    "pointwise": JudgingMethod("pointwise", "score_pointwise", "score_turns_pointwise",
+                               takes_reference=False),
 }
 
 # reward source -> the judge's weight w in R = w · s + (1 − w) · v; None: RewardConfig.mix_weight
@@ -126,9 +127,9 @@ def check(spec: RewardConfig, judge: Any = None) -> None:
                          f"got {spec.judge_method!r}")
     needs = uses_judge(spec)
     if needs and judge is None:
-        raise ValueError(f"{needs[0]} needs a judge backend and there is no default one: pass judge= to train(), "
-                         "e.g. course_lib.judge.LocalJudge() with judge_method='pointwise' (the embedded model) "
-                         "or OpenAIJudge(base_url=...) (a served one)")
+        raise ValueError(f"{needs[0]} needs a judge backend and there is no default one: pass judge= to "
+                         "train(), e.g. course_lib.judge.LocalJudge() with judge_method='pointwise' (the "
+                         "embedded model) or OpenAIJudge(base_url=...) (a served one)")
 
 
 # ----- a step's rewards -----------------------------------------------------------------------------------
@@ -197,7 +198,7 @@ def assign(spec: RewardConfig, groups: list[TrajectoryGroup], *, judge: Any = No
         copied = []
         for t in g:
             verifier = float(t.reward)
-            base, rule = (float(reward_fn(t)), "reward_fn") if reward_fn is not None else (verifier, "verifier")
+            base, rule = (verifier, "verifier") if reward_fn is None else (float(reward_fn(t)), "reward_fn")
             score = scores.get(t.traj_id)
             reward = base if score is None else w * score + (1 - w) * base
             rule = rule if score is None else spec.source
@@ -210,7 +211,8 @@ def assign(spec: RewardConfig, groups: list[TrajectoryGroup], *, judge: Any = No
 
 
 def turn_rewards(spec: RewardConfig, trajectory: Trajectory, *, judge: Any = None,
-                 turn_reward_fn: Callable[[Trajectory], list[float]] | None = None) -> tuple[list[float], bool]:
+                 turn_reward_fn: Callable[[Trajectory], list[float]] | None = None
+                 ) -> tuple[list[float], bool]:
     """Per-turn rewards r_t of the rule `spec.turn_reward` (not including the final reward), and whether
     the turn judging failed.
 
@@ -259,7 +261,8 @@ def evidence_turn_rewards(trajectory: Trajectory, bonus: float = BONUS) -> list[
     that no earlier turn showed, else process_reward(step_t)."""
     evidence, seen, rewards = _evidence_texts(trajectory.task_id), set(), []
     for step in trajectory.steps:
-        found = {e for e in evidence if e in step.observation_text} - seen if _query(step) is not None else set()
+        searched = _query(step) is not None
+        found = {e for e in evidence if e in step.observation_text} - seen if searched else set()
         seen |= found
         rewards.append(process_reward(step) + (bonus if found else 0.0))
     return rewards
@@ -270,7 +273,8 @@ def answer_evidence_turn_rewards(trajectory: Trajectory, bonus: float = BONUS) -
     answer (the task's last evidence sentence), − bonus on every search after it, else process_reward(step_t).
 
     Aligned, and it does not make answering costly: once the answer is in view, only answering helps the
-    verifier, so a further search is charged; the first hop (which the warm start already takes) earns nothing.
+    verifier, so a further search is charged; the first hop (which the warm start already takes) earns
+    nothing.
     """
     answer_sentence, in_view, rewards = _evidence_texts(trajectory.task_id)[-1], False, []
     for step in trajectory.steps:

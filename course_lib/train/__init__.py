@@ -6,7 +6,7 @@
         |
     rewards: verifier / judge / mix, the unfinished rule          course_lib.rewards.assign -> Rewards
         |   (returned beside the rolled-out groups; the batch trains on rewarded copies)
-    turn rewards (when the method reads them), values V(s_t)      course_lib.rewards.turn_rewards, train.critic
+    turn rewards (when the method reads them), values V(s_t)      rewards.turn_rewards, train.critic
         |
     advantages, groups without signal left out                    train.batch.make_batch -> credit.advantages
         |

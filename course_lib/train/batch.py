@@ -27,7 +27,8 @@ class Batch:
     trajectories: list[Trajectory]  # the trained trajectories (rewarded copies), group by group
     advantages: list[torch.Tensor]  # their per-token advantages
     # reason -> ids of the groups left out: "judge_failed" (the group judging failed), "turn_judge_failed" (a
-    # turn judging of one of its trajectories failed), "no_signal" (the method's rule, `credit.groups_to_train`)
+    # turn judging of one of its trajectories failed), "no_signal" (the method's rule,
+    # `credit.groups_to_train`)
     skipped: dict[str, list]
     old_values: list[torch.Tensor] | None = None  # per-turn V(s_t), when the credit method learns values
     returns: list[torch.Tensor] | None = None  # ... and V's targets
@@ -35,7 +36,8 @@ class Batch:
     metrics: dict[str, Any] = field(default_factory=dict)  # the step's metrics row
 
 
-def make_batch(groups: list[TrajectoryGroup], judge_failed: list, config: TrainConfig, hooks: Hooks = Hooks(),
+def make_batch(groups: list[TrajectoryGroup], judge_failed: list, config: TrainConfig,
+               hooks: Hooks | None = None,
                values_of: Callable[[list[Trajectory]], list[torch.Tensor]] | None = None) -> Batch:
     """The trajectories the update trains on and their per-token advantages, from rewarded groups (their
     `reward` is the training reward R: `rewards.assign(...).groups`).
@@ -46,13 +48,14 @@ def make_batch(groups: list[TrajectoryGroup], judge_failed: list, config: TrainC
     config's `credit_options`; the method's rule (`credit.groups_to_train`) leaves out groups without
     signal. Each left-out group is named in `Batch.skipped` under its reason.
     """
-    method = credit.credit_method_named(config.credit)
+    method, hooks = credit.credit_method_named(config.credit), hooks or Hooks()
     skipped: dict[str, list] = {"judge_failed": list(judge_failed), "turn_judge_failed": [], "no_signal": []}
     usable = [g for g in groups if g.group_id not in set(judge_failed)]
     per_turn = None
     if "turn_rewards" in method.needs:
         scored = {t.traj_id: rewards.turn_rewards(config.reward, t, judge=hooks.judge,
-                                                  turn_reward_fn=hooks.turn_reward_fn) for g in usable for t in g}
+                                                  turn_reward_fn=hooks.turn_reward_fn)
+                  for g in usable for t in g}
         skipped["turn_judge_failed"] = [g.group_id for g in usable if any(scored[t.traj_id][1] for t in g)]
         usable = [g for g in usable if g.group_id not in set(skipped["turn_judge_failed"])]
         per_turn = [scored[t.traj_id][0] for g in usable for t in g]

@@ -29,7 +29,7 @@ class RolloutConfig:
     max_new_tokens: int = 48  # token limit of one model turn
     temperature: float = 1.0  # sampling temperature of rollouts (the loss uses the same one)
     max_context: int = 1024  # an episode stops when its context would exceed this
-    sample_dtype: str = "float32"  # rollouts sample from the trained weights, or from a "bfloat16" copy of them
+    sample_dtype: str = "float32"  # rollouts sample from the trained weights, or from a "bfloat16" copy
 
 
 @dataclass
@@ -38,10 +38,10 @@ class RewardConfig:
 
     source: str = "verifier"  # the training reward R: "verifier" (env reward), "judge", or a "mix" of the two
     mix_weight: float = 0.5  # source="mix": weight of the judge score, 1 − weight on the verifier
-    judge_method: str = "group"  # rewards.JUDGING_METHODS: "group" (one prompt per group) or "pointwise" (P(yes))
+    judge_method: str = "group"  # rewards.JUDGING_METHODS: "group" (the group at once), "pointwise" (P(yes))
     rubric: str | None = None  # judge rubric (None: the judge's default)
     judge_reference: bool = False  # show the judge the task's reference answer, where the method can
-    unfinished_reward: float | None = None  # an episode cut at a limit gets this, whatever it scored (None: no rule)
+    unfinished_reward: float | None = None  # an episode cut at a limit gets this (None: no rule)
     turn_reward: str = "process"  # the turn-reward rule (rewards.TURN_REWARD_RULES): "process" or "judge"
 
 
@@ -58,7 +58,7 @@ class OptimConfig:
     beta: float = 0.0  # KL penalty to the starting model (>0 loads a frozen reference copy)
     ppo_epochs: int = 1  # updates per rollout batch (>1 uses the sampling log-probs as ℓ_old, see `update`)
     token_budget: int = 2048  # padded tokens per micro-batch (gradient accumulation over micro-batches)
-    bf16_autocast: bool | None = None  # bf16 autocast for forward passes (None: on for CPU, the model's choice on GPU)
+    bf16_autocast: bool | None = None  # bf16 autocast of forward passes (None: CPU on, GPU model's)
 
 
 @dataclass
@@ -68,7 +68,7 @@ class CriticConfig:
     lr: float = 1e-3  # learning rate of the value head
     coef: float = 0.5  # weight of the value loss
     clip: float = 0.2  # PPO value clipping range
-    trains_backbone: bool = False  # let the value loss's gradient into the policy's layers (off: the head alone)
+    trains_backbone: bool = False  # value loss's gradient into the policy's layers too
 
 
 PARTS = {"rollout": RolloutConfig, "reward": RewardConfig, "optim": OptimConfig, "critic": CriticConfig}
@@ -85,7 +85,7 @@ class TrainConfig:
     steps: int = 20  # RL steps (one rollout batch and its update each)
     tasks_per_step: int = 4  # tasks sampled per step
     group_size: int = 4  # rollouts per task (the group that advantages compare)
-    task_filter: dict[str, Any] | None = None  # keep train/test tasks whose fields equal these, e.g. {"hops": 2}
+    task_filter: dict[str, Any] | None = None  # keep the tasks whose fields equal these, e.g. {"hops": 2}
     seed: int = 0  # seeds task sampling, rollouts and torch
     device: str | None = None  # "cpu", "cuda" or None (auto)
     progress: bool = True  # tqdm progress bars
@@ -93,7 +93,7 @@ class TrainConfig:
     eval_tasks: int = 32  # held-out test tasks per evaluation (0: no evaluation)
     checkpoint_every: int = 5  # checkpoint every this many steps (and at the end)
     max_bad_updates: int = 3  # stop after this many NaN/inf updates in a row
-    credit: str = "outcome"  # a method of course_lib.credit.CREDIT_METHODS: "outcome" (GRPO), "gigpo", "critic"...
+    credit: str = "outcome"  # credit.CREDIT_METHODS: "outcome" (GRPO), "gigpo", "turn", "critic"...
     credit_options: dict[str, Any] = field(default_factory=dict)  # that method's options, e.g. {"gamma": 0.9}
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)

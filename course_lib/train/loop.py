@@ -78,7 +78,7 @@ def _batch_metrics(groups, step_rewards: rewards.Rewards, batch: Batch) -> dict[
            "turns": sum(t.num_turns for t in all_trajs) / len(all_trajs),
            "unfinished": sum(t.unfinished for t in all_trajs) / len(all_trajs), **flag_rates(all_trajs),
            "equal_reward_groups": sum(len(set(g.rewards)) <= 1 for g in judged),
-           "judge_failed_groups": len(batch.skipped["judge_failed"]) + len(batch.skipped["turn_judge_failed"]),
+           "judge_failed_groups": len(batch.skipped["judge_failed"] + batch.skipped["turn_judge_failed"]),
            "skipped_groups": sum(len(ids) for ids in batch.skipped.values()), **batch.stats}
     if batch.trajectories:
         flat = torch.cat([a[torch.tensor(t.loss_mask, dtype=torch.bool)]
@@ -88,7 +88,7 @@ def _batch_metrics(groups, step_rewards: rewards.Rewards, batch: Batch) -> dict[
     return row
 
 
-def rl_step(run: Run, step: int, train_tasks: list[dict], hooks: Hooks = Hooks(),
+def rl_step(run: Run, step: int, train_tasks: list[dict], hooks: Hooks | None = None,
             interrupt: DeferredInterrupt | None = None) -> Batch:
     """One RL step: rollout -> rewards (`rewards.assign`) -> batch (`make_batch`) -> `update`. Returns its
     batch, with the step's metrics row in `batch.metrics`. The rolled-out trajectories are not changed:
@@ -96,14 +96,16 @@ def rl_step(run: Run, step: int, train_tasks: list[dict], hooks: Hooks = Hooks()
 
     With `interrupt`, a Ctrl+C during the update is held until it is done (rollouts stay interruptible at
     once: they change no weights)."""
-    config, spec = run.config, run.config.rollout
+    config, spec, hooks = run.config, run.config.rollout, hooks or Hooks()
     rng = random.Random(config.seed * 1_000_003 + step)  # tasks depend only on (seed, step): resumable
     tasks = rng.sample(train_tasks, min(config.tasks_per_step, len(train_tasks)))
     stats = RolloutStats()
     t0 = time.perf_counter()
-    groups = rollout(synced(run.sampler, run.model), run.tokenizer, config.env, tasks, group_size=config.group_size,
-                     max_turns=spec.max_turns, max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
-                     seed=config.seed * 100_000 + step, max_context=spec.max_context, progress=False, stats=stats)
+    groups = rollout(synced(run.sampler, run.model), run.tokenizer, config.env, tasks,
+                     group_size=config.group_size, max_turns=spec.max_turns,
+                     max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
+                     seed=config.seed * 100_000 + step, max_context=spec.max_context, progress=False,
+                     stats=stats)
     row: dict[str, Any] = {"step": step, "kind": "train", "seconds_rollout": time.perf_counter() - t0,
                            "generated_tokens": stats.new_tokens, "seconds_generate": stats.generate_seconds,
                            "generate_tokens_per_s": stats.new_tokens / max(stats.generate_seconds, 1e-9)}
@@ -123,8 +125,9 @@ def rl_step(run: Run, step: int, train_tasks: list[dict], hooks: Hooks = Hooks()
         row.update({"nonfinite": False, "skipped_update": True})
         return batch
     with interrupt.hold() if interrupt is not None else contextlib.nullcontext():
-        row.update(update(run.model, run.value_head, run.optimizer, batch.trajectories, batch.advantages, config,
-                          step, device=run.device, autocast_dtype=run.autocast_dtype, ref_model=run.ref_model,
+        row.update(update(run.model, run.value_head, run.optimizer, batch.trajectories, batch.advantages,
+                          config, step, device=run.device, autocast_dtype=run.autocast_dtype,
+                          ref_model=run.ref_model,
                           old_values=batch.old_values, returns=batch.returns, loss_hook=hooks.loss_hook))
     return batch
 
@@ -134,13 +137,15 @@ def load_run(config: TrainConfig, metrics_path: Path) -> Run:
     sampler, and restore the checkpoint's state; a fresh run starts an empty metrics file."""
     run_dir = Path(config.run_dir)
     checkpoint = find_checkpoint(run_dir)
-    model, tokenizer = load_policy(str(checkpoint / "model") if checkpoint else config.model, device=config.device)
+    model, tokenizer = load_policy(str(checkpoint / "model") if checkpoint else config.model,
+                                   device=config.device)
     device = next(model.parameters()).device
     autocast_dtype = torch.bfloat16 if use_bf16(config.optim.bf16_autocast, device) else model.course_autocast
     # Generation keeps the model's own choice: at decoding batch sizes bf16 autocast on a CPU costs more
     # in casts than it saves in matmuls (measured slower); the training forward/backward uses it.
     value_head = make_value_head(config, model)
-    optimizer = torch.optim.AdamW(param_groups(config, model, value_head), weight_decay=config.optim.weight_decay)
+    optimizer = torch.optim.AdamW(param_groups(config, model, value_head),
+                                  weight_decay=config.optim.weight_decay)
     torch.manual_seed(config.seed)
     start = 0
     if checkpoint:
@@ -161,11 +166,12 @@ def train(config: TrainConfig, *, judge: Any = None, reward_fn: Callable[[Trajec
     replacing the verifier's; turn_reward_fn: the "process" turn-reward rule's function (None: the process
     reward); loss_hook: testing. Metrics rows go to run_dir/metrics.jsonl: kind "train" (one per step:
     the training reward `reward`, the verifier's `success` and `verifier_reward`, ...) and kind "eval"
-    (held-out greedy success with its 95% Wilson interval, at step 0, every `eval_every` steps and at the end).
+    (held-out greedy success with its 95% Wilson interval, at step 0, every `eval_every` steps and at the
+    end).
     """
     hooks = Hooks(reward_fn=reward_fn, turn_reward_fn=turn_reward_fn, judge=judge, loss_hook=loss_hook)
     check(config, judge)
-    train_tasks, test_tasks = config_tasks(config)  # before the model loads: a bad name or filter fails at once
+    train_tasks, test_tasks = config_tasks(config)  # before the model loads: a bad name or filter fails now
     run_dir, metrics_path = Path(config.run_dir), Path(config.run_dir) / "metrics.jsonl"
     run_dir.mkdir(parents=True, exist_ok=True)
     run = load_run(config, metrics_path)
@@ -187,14 +193,15 @@ def train(config: TrainConfig, *, judge: Any = None, reward_fn: Callable[[Trajec
     logged = read_metrics(run_dir)
     last_eval = next((r for r in reversed(logged) if r["kind"] == "eval"), None)
     if run.start == 0 and last_eval is None and config.eval_every > 0 and config.eval_tasks > 0:
-        last_eval = run_eval(0)  # not again when resuming from a checkpoint saved at step 0 (Ctrl+C in step 1)
+        last_eval = run_eval(0)  # not again when resuming from a checkpoint of step 0 (Ctrl+C in step 1)
     step, bad_in_a_row, interrupted = run.start, nonfinite_in_a_row(logged), False
     held = DeferredInterrupt()
-    bar = tqdm(range(run.start + 1, config.steps + 1), desc=f"RL {config.credit}", disable=not config.progress,
-               initial=run.start, total=config.steps)
+    bar = tqdm(range(run.start + 1, config.steps + 1), desc=f"RL {config.credit}",
+               disable=not config.progress, initial=run.start, total=config.steps)
 
     def save(at: int) -> None:
-        save_checkpoint(run_dir, run.model, run.tokenizer, run.optimizer, run.value_head, at, config.to_json())
+        save_checkpoint(run_dir, run.model, run.tokenizer, run.optimizer, run.value_head, at,
+                        config.to_json())
 
     try:
         for next_step in bar:
@@ -227,6 +234,7 @@ def nan_guard(row: dict, step: int, bad_in_a_row: int, config: TrainConfig) -> i
                 if row["epochs_stepped"] else "update skipped")
         print(f"step {step}: NaN/inf in the loss or the gradients; {done} ({bad_in_a_row} in a row)")
     if bad_in_a_row >= config.max_bad_updates:
-        raise RuntimeError(f"{bad_in_a_row} updates in a row had a NaN/inf loss or gradient (last at step {step}); "
-                           "stopping. Lower the learning rate, turn off bf16 autocast, or check the rewards.")
+        raise RuntimeError(f"{bad_in_a_row} updates in a row had a NaN/inf loss or gradient (last at step "
+                           f"{step}); stopping. Lower the learning rate, turn off bf16 autocast, or check "
+                           "the rewards.")
     return bad_in_a_row

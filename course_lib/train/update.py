@@ -59,20 +59,24 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
         total_loss = 0.0
         for j, rows in enumerate(batches):
             batch = collate([trajs[i] for i in rows], [advantages[i] for i in rows])
-            logprobs, logits, hidden = forward_logprobs(model, batch, device, autocast_dtype, rollout.temperature,
-                                                        need_hidden=critic)
-            # ℓ_old: one epoch, ℓ detached (TRL's on-policy default, w = 1); more, the sampling log-probs, or with a
-            # bf16 sampler the first epoch's ℓ (the master weights before this update: no bf16 log-prob in the
-            # ratio).
-            old = batch["old_logprobs"].to(device) if old_from_sampler else first_epoch.setdefault(j, logprobs.detach())
+            logprobs, logits, hidden = forward_logprobs(model, batch, device, autocast_dtype,
+                                                        rollout.temperature, need_hidden=critic)
+            # ℓ_old: one epoch, ℓ detached (TRL's on-policy default, w = 1); more, the sampling log-probs, or
+            # with a bf16 sampler the first epoch's ℓ (the master weights before this update: no bf16 log-prob
+            # in the ratio).
+            if old_from_sampler:
+                old = batch["old_logprobs"].to(device)
+            else:
+                old = first_epoch.setdefault(j, logprobs.detach())
             ref = None
             if ref_model is not None:
                 with torch.no_grad():
                     ref = forward_logprobs(ref_model, batch, device, autocast_dtype, rollout.temperature)[0]
             loss_type, share = micro_batch_loss(optim.loss_type, len(rows), len(trajs))
-            loss, stats = policy_loss(logprobs, old, batch["advantages"].to(device), batch["loss_mask"].to(device),
-                                      loss_type=loss_type, eps_low=optim.eps_low, eps_high=optim.eps_high,
-                                      ref_logprobs=ref, beta=optim.beta, max_completion_length=max_completion,
+            loss, stats = policy_loss(logprobs, old, batch["advantages"].to(device),
+                                      batch["loss_mask"].to(device), loss_type=loss_type,
+                                      eps_low=optim.eps_low, eps_high=optim.eps_high, ref_logprobs=ref,
+                                      beta=optim.beta, max_completion_length=max_completion,
                                       num_items_in_batch=n_items)
             loss = loss * share
             if critic:

@@ -160,10 +160,9 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
     bar = tqdm(total=len(tasks) * group_size, desc="rollout episodes", disable=not progress, leave=False)
 
     def end(e: _Episode, reward: float, last_observation: str, info: dict[str, Any], step_reward: float = 0.0) -> None:
-        e.builder.finish(reward, last_observation=last_observation, done_info=info)
-        e.builder.traj.steps[-1].reward += step_reward  # an episode cut at a limit keeps its last step's own reward
-        e.builder.traj.verifier_reward = e.builder.traj.reward
-        e.done, e.cache = True, None
+        t = e.builder.finish(reward, last_observation=last_observation, done_info=info)
+        t.steps[-1].reward += step_reward  # an episode cut at a limit keeps its last step's own reward
+        t.verifier_reward, e.done, e.cache = t.reward, True, None
         bar.update(1)
 
     def fits(e: _Episode, extra: int) -> bool:  # can a turn follow the context + `extra` tokens within max_context?

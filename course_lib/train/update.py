@@ -62,12 +62,9 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
             logprobs, logits, hidden = forward_logprobs(model, batch, device, autocast_dtype,
                                                         rollout.temperature, need_hidden=critic)
             # ℓ_old: one epoch, ℓ detached (TRL's on-policy default, w = 1); more, the sampling log-probs, or
-            # with a bf16 sampler the first epoch's ℓ (the master weights before this update: no bf16 log-prob
-            # in the ratio).
-            if old_from_sampler:
-                old = batch["old_logprobs"].to(device)
-            else:
-                old = first_epoch.setdefault(j, logprobs.detach())
+            # with a bf16 sampler the first epoch's ℓ (the weights before this update: no bf16 ℓ in the ratio).
+            old = (batch["old_logprobs"].to(device) if old_from_sampler
+                   else first_epoch.setdefault(j, logprobs.detach()))
             ref = None
             if ref_model is not None:
                 with torch.no_grad():

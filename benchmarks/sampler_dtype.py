@@ -44,8 +44,8 @@ def run_one(dtype: str, seed: int, args, root: Path, checkpoint: Path) -> dict:
         return json.loads(done.read_text())
     config = TrainConfig(env="search_qa", model=str(checkpoint), run_dir=str(run_dir), credit="outcome",
                          task_filter={"hops": 2}, steps=args.steps, tasks_per_step=4, group_size=4,
-                         eval_every=args.steps // 2, eval_tasks=args.eval_tasks, checkpoint_every=args.steps // 2,
-                         seed=seed, progress=False, optim=dict(lr=2e-5),
+                         eval_every=args.steps // 2, eval_tasks=args.eval_tasks,
+                         checkpoint_every=args.steps // 2, seed=seed, progress=False, optim=dict(lr=2e-5),
                          rollout=dict(max_turns=4, max_new_tokens=40, sample_dtype=dtype))
     t0 = time.perf_counter()
     out = train(config)

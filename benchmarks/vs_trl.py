@@ -82,9 +82,10 @@ def run_ours(a, model_path: str, test_tasks: list[dict]) -> dict:
 
 def _run_ours(a, model_path: str, test_tasks: list[dict], run_dir: str) -> dict:
     config = TrainConfig(env=a.env, model=model_path, run_dir=run_dir, steps=a.steps, tasks_per_step=a.tasks_per_step,
-                         group_size=a.group_size, eval_every=0, eval_tasks=len(test_tasks), checkpoint_every=0,
-                         progress=False, seed=a.seed,
-                         rollout=dict(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, temperature=1.0),
+                         group_size=a.group_size, eval_every=0, eval_tasks=len(test_tasks),
+                         checkpoint_every=0, progress=False, seed=a.seed,
+                         rollout=dict(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
+                                      temperature=1.0),
                          optim=dict(lr=a.lr, loss_type="dapo", beta=0.0, bf16_autocast=a.bf16_autocast,
                                     token_budget=1 << 20))
     with PeakMemory() as memory:

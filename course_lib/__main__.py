@@ -53,8 +53,9 @@ def _parse_value(text: str) -> Any:
 def _config_options() -> list[tuple[str, str | None, dataclasses.Field]]:
     """(option name, part or None, field) of every TrainConfig field and every field of its parts."""
     top = [(f.name, None, f) for f in dataclasses.fields(TrainConfig) if f.name not in PARTS]
-    parts = [({("reward", "source"): "reward"}.get((part, f.name), f"critic_{f.name}" if part == "critic" else f.name),
-              part, f) for part, cls in PARTS.items() for f in dataclasses.fields(cls)]
+    prefix = {"critic": "critic_"}  # the critic's lr, coef...: --critic-lr beside the policy's --lr
+    parts = [("reward" if (part, f.name) == ("reward", "source") else prefix.get(part, "") + f.name, part, f)
+             for part, cls in PARTS.items() for f in dataclasses.fields(cls)]
     return top + parts
 
 
@@ -250,8 +251,9 @@ def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int 
 
     print("[3/4] RL (outcome credit) on two-hop training questions; its step-0 evaluation is the warm start's...")
     config = TrainConfig(env="search_qa", model=str(warm_path), run_dir=str(run_dir / "rl"), steps=sizes.rl_steps,
-                         tasks_per_step=sizes.tasks_per_step, group_size=sizes.group_size, task_filter={"hops": 2},
-                         credit="outcome", eval_every=sizes.eval_every, eval_tasks=sizes.eval_tasks,
+                         tasks_per_step=sizes.tasks_per_step, group_size=sizes.group_size,
+                         task_filter={"hops": 2}, credit="outcome", eval_every=sizes.eval_every,
+                         eval_tasks=sizes.eval_tasks,
                          checkpoint_every=sizes.eval_every, seed=seed, optim=dict(lr=sizes.rl_lr),
                          rollout=dict(max_turns=sizes.max_turns, max_new_tokens=sizes.max_new_tokens))
     t0 = time.time()

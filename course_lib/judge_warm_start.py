@@ -203,7 +203,8 @@ def _read_chunks(path: Path | None) -> list[dict[str, Any]]:
 
 
 def labelled_groups(env: str, n_groups: int, *, split: str = "train", policy: Any = None, group_size: int = 4,
-                    samples: int = 4, temperature: float = 1.0, max_new_tokens: int = RolloutConfig.max_new_tokens,
+                    samples: int = 4, temperature: float = 1.0,
+                    max_new_tokens: int = RolloutConfig.max_new_tokens,
                     seed: int = 0, chunk: int = 8, max_tasks: int | None = None,
                     cache: str | Path | None = None, progress: bool = True) -> list[list[Trajectory]]:
     """Up to `n_groups` verifier-labelled groups of `env`: per task, the expert and rollouts of `policy`

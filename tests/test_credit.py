@@ -488,7 +488,8 @@ def test_groups_of_one_rollout_train(tmp_path, method):
     from course_lib.train.loop import train
 
     config = TrainConfig(env="lookup", run_dir=str(tmp_path / "run"), credit=method, steps=1, tasks_per_step=3,
-                         group_size=1, rollout=dict(max_turns=2, max_new_tokens=12), eval_every=0, eval_tasks=0,
+                         group_size=1, rollout=dict(max_turns=2, max_new_tokens=12), eval_every=0,
+                         eval_tasks=0,
                          checkpoint_every=0, progress=False, credit_options={"whiten": False} if method == "critic" else None)
     assert train(config)["step"] == 1
     (row,) = [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]

@@ -87,8 +87,8 @@ def test_flag_rates_count_only_the_flags_an_env_records():
 
 def test_train_and_evaluate_log_the_hack_rates_of_code_fix(tmp_path, policy):
     config = TrainConfig(env="code_fix_naive", run_dir=str(tmp_path / "run"), steps=1, tasks_per_step=1,
-                         group_size=2, rollout=dict(max_turns=1, max_new_tokens=8), eval_every=0, eval_tasks=0,
-                         checkpoint_every=0, progress=False)
+                         group_size=2, rollout=dict(max_turns=1, max_new_tokens=8), eval_every=0,
+                         eval_tasks=0, checkpoint_every=0, progress=False)
     train(config, reward_fn=lambda t: 1.0 if t.traj_id.endswith("#0") else 0.0)
     (row,) = [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
     assert 0.0 <= row["hacked"] <= 1.0 and 0.0 <= row["hack_attempt"] <= 1.0

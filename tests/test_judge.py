@@ -740,7 +740,8 @@ def _judge_run(tmp_path, judge, **overrides):
     reward = {"source": "judge", **overrides.pop("reward", {})}
     config = TrainConfig(**{**dict(env="summarize", run_dir=str(tmp_path / "run"), steps=2, tasks_per_step=2,
                                    group_size=2, rollout=dict(max_turns=2, max_new_tokens=16), eval_every=0,
-                                   eval_tasks=0, checkpoint_every=0, progress=False, reward=reward), **overrides})
+                                   eval_tasks=0, checkpoint_every=0, progress=False, reward=reward),
+                            **overrides})
     result = train(config, judge=judge)
     return result, [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
 

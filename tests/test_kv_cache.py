@@ -134,7 +134,8 @@ def test_with_a_bf16_sampler_the_ratio_never_reads_the_samplers_log_probs(tmp_pa
     sampler = kv_cache.sampling_copy(model, config.rollout.sample_dtype)
     run = Run(config, model, tok, model.device, None, None, torch.optim.AdamW(model.parameters(), lr=1e-5),
               sampler=sampler)
-    batch = rl_step(run, 1, load_tasks("lookup", "train"), hooks=Hooks(reward_fn=lambda t: float(t.traj_id.endswith("#0"))))
+    hooks = Hooks(reward_fn=lambda t: float(t.traj_id.endswith("#0")))
+    batch = rl_step(run, 1, load_tasks("lookup", "train"), hooks=hooks)
     row = batch.metrics
     assert row["epochs_stepped"] == 2 and row["ratio_mean"] == pytest.approx(1.0, abs=1e-9), row
     # bf16 weights move a log-prob by far more than fp32 rounding (about 1e-5 between two fp32 passes)

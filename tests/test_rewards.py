@@ -29,7 +29,7 @@ def _groups() -> list[TrajectoryGroup]:
 
 
 class FakeJudge:
-    """Stands in for course_lib.judge: every trajectory scores 0.8, except in group `fails` (judging fails)."""
+    """A stand-in for course_lib.judge: every trajectory scores 0.8, except in group `fails` (it fails)."""
 
     def __init__(self, fails: str | None = None):
         self.fails, self.calls = fails, []
@@ -108,9 +108,10 @@ def test_judge_and_mix_rewards_side_by_side(judge, source, w):
     assert _snapshot(groups) == before
     assert result.judge_failed == ["g1"] and result.judge_metrics == {"judge_groups": 2}
     first, second, *failed = result.per_trajectory
-    assert first.reward == pytest.approx(w * 0.8 + (1 - w) * 1.0) and (first.judge, first.verifier) == (0.8, 1.0)
+    assert first.reward == pytest.approx(w * 0.8 + (1 - w) * 1.0)
+    assert (first.judge, first.verifier) == (0.8, 1.0)
     assert second.reward == pytest.approx(w * 0.8) and first.rule == second.rule == source
-    assert [(r.judge, r.reward, r.rule) for r in failed] == [(None, 0.0, "verifier")] * 2  # no judging
+    assert [(r.judge, r.reward, r.rule) for r in failed] == [(None, 0.0, "verifier")] * 2
     assert [t.reward for t in result.groups[0]] == [first.reward, second.reward]
     assert judge.calls[0][2:] == ("backend", None)  # the judge passed by keyword; no reference in these tasks
 

@@ -170,7 +170,7 @@ def test_credit_table_has_one_row_per_turn_and_one_column_per_method(group):
     outcome = outcome_advantages(group.rewards, ["g"] * 3)
     for t, adv in zip(group, outcome.tolist()):
         assert table.loc[t.traj_id, "outcome"].tolist() == [round(adv, 4)] * t.num_turns
-    returns = gae([0.0, 0.0, 1.0], [0.0] * 3, gamma=1.0, lam=0.95)[0].tolist()  # the trainer's critic defaults
+    returns = gae([0.0, 0.0, 1.0], [0.0] * 3, gamma=1.0, lam=0.95)[0].tolist()  # the trainer's defaults
     assert table.loc["c", "critic"].tolist() == [round(x, 4) for x in returns]  # V = 0: λγ-discounted return
     # the malformed turn of b is penalised relative to the other rollouts' first turns
     assert table.loc[("b", 0), "turn"] < table.loc[("b", 0), "outcome"]
@@ -204,7 +204,7 @@ def test_credit_table_columns_are_the_trainers_advantages(group, options):
                            values_of=lambda trajs: [torch.tensor(values[t.traj_id]) for t in trajs])
         assert [t.traj_id for t in batch.trajectories] == ["a", "b", "c"], method  # every group has signal
         for t, a in zip(batch.trajectories, batch.advantages):
-            per_turn = [float(a[t.turn_index.index(k)]) for k in range(t.num_turns)]  # each turn's first token
+            per_turn = [float(a[t.turn_index.index(k)]) for k in range(t.num_turns)]  # a turn's first token
             assert table.loc[t.traj_id, method].tolist() == pytest.approx(per_turn, abs=1e-5), method
 
 

@@ -62,7 +62,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
             logprobs, logits, hidden = forward_logprobs(model, batch, device, autocast_dtype,
                                                         rollout.temperature, need_hidden=critic)
             # ℓ_old: one epoch, ℓ detached (TRL's on-policy default, w = 1); more, the sampling log-probs, or
-            # with a bf16 sampler the first epoch's ℓ (the weights before this update: no bf16 ℓ in the ratio).
+            # with a bf16 sampler the first epoch's ℓ (weights before this update: no bf16 ℓ in the ratio).
             old = (batch["old_logprobs"].to(device) if old_from_sampler
                    else first_epoch.setdefault(j, logprobs.detach()))
             ref = None

@@ -11,7 +11,7 @@ from course_lib.train.config import CriticConfig, RolloutConfig, TrainConfig
 def test_parts_given_as_dicts_become_their_dataclasses():
     config = TrainConfig(rollout=dict(max_turns=2), critic=dict(lr=1e-4))
     assert config.rollout == RolloutConfig(max_turns=2) and config.critic == CriticConfig(lr=1e-4)
-    message = r"rollout: \['max_turn'\] are not fields of RolloutConfig; its fields are: max_turns, max_new_tokens"
+    message = r"rollout: \['max_turn'\] are not fields of RolloutConfig; its fields are: max_turns, max_new"
     with pytest.raises(TypeError, match=message):
         TrainConfig(rollout=dict(max_turn=2))
 

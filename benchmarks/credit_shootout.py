@@ -50,7 +50,8 @@ from course_lib.models import course_threads, load_policy
 from course_lib.rollout import rollout
 from course_lib.sft import ensure_warm_start
 from course_lib.tasks import filter_tasks
-from course_lib.train import TrainConfig, train
+from course_lib.train.config import TrainConfig
+from course_lib.train.loop import train
 from course_lib.warm_starts import WarmStartSizes, course_warm_start
 
 METHODS = ("outcome", "gigpo", "turn", "critic")  # the credit methods compared (fixed: runs pair up across workers)
@@ -309,8 +310,10 @@ def train_config(size: str, env: str, method: str, seed: int, warm_path: Path) -
     preset = PRESETS[size]
     return TrainConfig(env=env, model=str(warm_path), run_dir=str(run_dir_of(size, env, method, seed)),
                        credit=method, steps=preset.steps, tasks_per_step=preset.tasks_per_step,
-                       group_size=preset.group_size, max_turns=max_turns_of(preset, env),
-                       max_new_tokens=preset.max_new_tokens, lr=preset.lr, eval_every=0, eval_tasks=preset.eval_tasks,
+                       group_size=preset.group_size, optim=dict(lr=preset.lr), eval_every=0,
+                       eval_tasks=preset.eval_tasks,
+                       rollout=dict(max_turns=max_turns_of(preset, env),
+                                    max_new_tokens=preset.max_new_tokens),
                        checkpoint_every=0, seed=seed, task_filter=ENV_OPTIONS[env]["rl_filter"], progress=False)
 
 
@@ -543,7 +546,9 @@ def critic_variant_lines(size: str, results: list[dict]) -> list[str]:
     for r in results:
         config_path = run_dir_of(size, r["env"], "critic", r["seed"]) / "config.json"
         if r["method"] == "critic" and config_path.exists():
-            if json.loads(config_path.read_text()).get("value_trains_backbone", True):
+            saved = json.loads(config_path.read_text())  # a flat config predates TrainConfig's parts
+            critic = saved.get("critic", {"trains_backbone": saved.get("value_trains_backbone", True)})
+            if critic["trains_backbone"]:
                 shared.append(f"{r['env']} seed {r['seed']}")
     if not shared:
         return []

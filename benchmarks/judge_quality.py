@@ -56,7 +56,7 @@ from course_lib.judge.warm_start import (
     labelled_groups,
 )
 from course_lib.models import EMBEDDED, HUB_MODELS, course_threads
-from course_lib.train import TrainConfig
+from course_lib.train.config import RolloutConfig
 
 
 def interval(value: float, ci: tuple[float, float]) -> str:
@@ -73,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--groups", type=int, default=pick(2, 40), help="groups per environment")
     parser.add_argument("--group-size", type=int, default=pick(3, 4))
     parser.add_argument("--samples", type=int, default=pick(2, 4), help="policy rollouts per task")
-    parser.add_argument("--max-new-tokens", type=int, default=TrainConfig.max_new_tokens,
+    parser.add_argument("--max-new-tokens", type=int, default=RolloutConfig.max_new_tokens,
                         help="token limit of one policy turn (default: RL training's)")
     parser.add_argument("--chunk", type=int, default=pick(2, 8), help="tasks rolled out together")
     parser.add_argument("--policy", default=None, help="one policy for every environment (default: each env's warm start)")

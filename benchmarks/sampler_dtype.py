@@ -27,8 +27,10 @@ from pathlib import Path
 import torch
 
 from course_lib import runs_dir
+from course_lib.checkpoint import read_metrics
 from course_lib.models import course_threads
-from course_lib.train import TrainConfig, read_metrics, train
+from course_lib.train.config import TrainConfig
+from course_lib.train.loop import train
 from course_lib.warm_starts import course_warm_start
 
 DTYPES = ("float32", "bfloat16")
@@ -41,9 +43,10 @@ def run_one(dtype: str, seed: int, args, root: Path, checkpoint: Path) -> dict:
     if done.exists():
         return json.loads(done.read_text())
     config = TrainConfig(env="search_qa", model=str(checkpoint), run_dir=str(run_dir), credit="outcome",
-                         task_filter={"hops": 2}, steps=args.steps, tasks_per_step=4, group_size=4, max_turns=4,
-                         max_new_tokens=40, lr=2e-5, eval_every=args.steps // 2, eval_tasks=args.eval_tasks,
-                         checkpoint_every=args.steps // 2, seed=seed, sample_dtype=dtype, progress=False)
+                         task_filter={"hops": 2}, steps=args.steps, tasks_per_step=4, group_size=4,
+                         eval_every=args.steps // 2, eval_tasks=args.eval_tasks,
+                         checkpoint_every=args.steps // 2, seed=seed, progress=False, optim=dict(lr=2e-5),
+                         rollout=dict(max_turns=4, max_new_tokens=40, sample_dtype=dtype))
     t0 = time.perf_counter()
     out = train(config)
     rows = read_metrics(run_dir)

@@ -1,4 +1,4 @@
-"""Training throughput of `course_lib.train.update` on this machine, fp32 vs bf16 autocast.
+"""Training throughput of `course_lib.train.update.update` on this machine, fp32 vs bf16 autocast.
 
 Prints, per dtype: training tokens/s (forward + backward + AdamW over length-bucketed micro-batches),
 the padding fraction of the micro-batches, and the achieved FLOP/s as a fraction of a matmul peak
@@ -27,7 +27,8 @@ import torch
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
 from course_lib.rollout import expert_rollout
-from course_lib.train import TrainConfig, update
+from course_lib.train.config import TrainConfig
+from course_lib.train.update import update
 
 
 def matmul_peak(dtype: torch.dtype, device: torch.device, repeats: int = 5) -> float:
@@ -82,7 +83,7 @@ def matmul_seconds(model, demos, advantages, config: TrainConfig, autocast_dtype
     """(seconds in matrix products, seconds in all) of one update, from the torch profiler (CPU)."""
     from torch.profiler import ProfilerActivity, profile
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         update(model, None, optimizer, demos, advantages, config, 0, device=torch.device("cpu"),
                autocast_dtype=autocast_dtype)
@@ -97,8 +98,8 @@ def random_advantages(demos) -> list[torch.Tensor]:
 
 
 def measure(model, tokenizer, demos, *, bf16: bool, token_budget: int, repeats: int, device: torch.device) -> dict:
-    config = TrainConfig(token_budget=token_budget, bf16_autocast=bf16, lr=1e-7)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    config = TrainConfig(optim=dict(token_budget=token_budget, bf16_autocast=bf16, lr=1e-7))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr)
     advantages = random_advantages(demos)
     autocast_dtype = torch.bfloat16 if bf16 else None
     runs = []
@@ -152,7 +153,7 @@ def main() -> None:
     print(f"target >= 50% of the bf16 matmul peak: {'met' if frac >= 0.5 else 'NOT met'} ({100 * frac:.0f}%); "
           f"padding < 10%: {'met' if padding < 0.1 else 'NOT met'} ({100 * padding:.1f}%)")
     if device.type == "cpu":
-        config = TrainConfig(token_budget=args.token_budget, bf16_autocast=True, lr=1e-7)
+        config = TrainConfig(optim=dict(token_budget=args.token_budget, bf16_autocast=True, lr=1e-7))
         mm, total = matmul_seconds(model, demos, random_advantages(demos), config, torch.bfloat16)
         print(f"profiled bf16 update: {mm:.1f} s of {total:.1f} s in matrix products (mm, bmm); "
               f"with no time outside them it would reach {100 * flops / mm / peak:.0f}% of the bf16 peak")

@@ -8,7 +8,7 @@ reward, where success is rare, repeated over seeds.
     COURSE_FAST=1 python benchmarks/turn_reward_runs.py --size tiny --seeds 0   # smoke size (seconds per run)
 
 The first three arms are the runs of notebook 07: `outcome`; `turn_dense, evidence (aligned)` (credit "turn_dense",
-`course_lib.turn_rewards.evidence_turn_rewards`); `turn_dense, echo (misaligned)` (`question_echo_turn_rewards`); a
+`course_lib.rewards.evidence_turn_rewards`); `turn_dense, echo (misaligned)` (`question_echo_turn_rewards`); a
 fourth, `turn_dense, answer evidence (aligned)` (`answer_evidence_turn_rewards`), is the candidate to replace the
 first aligned one. They start from the notebook's sparse warm start (28 one-hop + 4 two-hop demonstrations, the small recipe of
 `WARM_START["fast"]`), train on two-hop search_qa and are evaluated greedily on the first held-out two-hop
@@ -43,13 +43,14 @@ from course_lib import Sizes, fast_mode, runs_dir
 from course_lib.checkpoint import read_metrics
 from course_lib.evaluate import evaluate
 from course_lib.models import course_threads
-from course_lib.sft import ensure_warm_start
-from course_lib.train import TrainConfig, train
-from course_lib.turn_rewards import (
+from course_lib.rewards import (
     answer_evidence_turn_rewards,
     evidence_turn_rewards,
     question_echo_turn_rewards,
 )
+from course_lib.sft import ensure_warm_start
+from course_lib.train.config import TrainConfig
+from course_lib.train.loop import train
 from course_lib.warm_starts import WARM_START, mixed_hop_tasks, search_qa_warm_start_options
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -114,9 +115,10 @@ def config_of(size: str, arm: str, seed: int, warm: Path) -> TrainConfig:
     preset = PRESETS[size]
     return TrainConfig(env="search_qa", model=str(warm), run_dir=str(run_dir_of(size, arm, seed)), credit=ARMS[arm][0],
                        steps=preset.steps, tasks_per_step=preset.tasks_per_step, group_size=preset.group_size,
-                       max_turns=preset.max_turns, max_new_tokens=preset.max_new_tokens, task_filter={"hops": 2},
-                       lr=preset.lr, turn_weight=preset.turn_weight, eval_every=0, eval_tasks=preset.eval_tasks,
-                       checkpoint_every=0, seed=seed, progress=False)
+                       rollout=dict(max_turns=preset.max_turns, max_new_tokens=preset.max_new_tokens),
+                       task_filter={"hops": 2}, optim=dict(lr=preset.lr),
+                       credit_options={"turn_weight": preset.turn_weight}, eval_every=0,
+                       eval_tasks=preset.eval_tasks, checkpoint_every=0, seed=seed, progress=False)
 
 
 def start_eval(size: str, warm: Path) -> dict:

@@ -34,7 +34,8 @@ from course_lib.evaluate import evaluate
 from course_lib.integrations.trl import build_trainer, grpo_config, task_dataset
 from course_lib.models import resolve_model_path
 from course_lib.sft import ensure_warm_start
-from course_lib.train import TrainConfig, train
+from course_lib.train.config import TrainConfig
+from course_lib.train.loop import train
 
 
 class PeakMemory:
@@ -81,10 +82,12 @@ def run_ours(a, model_path: str, test_tasks: list[dict]) -> dict:
 
 def _run_ours(a, model_path: str, test_tasks: list[dict], run_dir: str) -> dict:
     config = TrainConfig(env=a.env, model=model_path, run_dir=run_dir, steps=a.steps, tasks_per_step=a.tasks_per_step,
-                         group_size=a.group_size, max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
-                         temperature=1.0, lr=a.lr, loss_type="dapo", beta=0.0, eval_every=0,
-                         eval_tasks=len(test_tasks), checkpoint_every=0, progress=False,
-                         bf16_autocast=a.bf16_autocast, token_budget=1 << 20, seed=a.seed)
+                         group_size=a.group_size, eval_every=0, eval_tasks=len(test_tasks),
+                         checkpoint_every=0, progress=False, seed=a.seed,
+                         rollout=dict(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
+                                      temperature=1.0),
+                         optim=dict(lr=a.lr, loss_type="dapo", beta=0.0, bf16_autocast=a.bf16_autocast,
+                                    token_budget=1 << 20))
     with PeakMemory() as memory:
         t0 = time.perf_counter()
         train(config)

@@ -5,8 +5,10 @@
     python -m course_lib sft --env search_qa --steps 32 --run-dir runs/sft
     python -m course_lib demo            # warm start + RL on the embedded model (COURSE_FAST=1: tiny)
 
-Every `TrainConfig` field is a `train` option (`--tasks-per-step 4`, `--task-filter '{"hops": 2}'`); the
-options of `eval` and `sft` are the arguments of `evaluate` and `warm_start`, with their defaults.
+Every `TrainConfig` field is a `train` option (`--tasks-per-step 4`, `--task-filter '{"hops": 2}'`), and so
+is every field of its parts under its own name (`--max-turns 2`, `--lr 1e-5`), except the reward source
+(`--reward judge`) and the critic's (`--critic-lr 1e-4`); the options of `eval` and `sft` are the arguments
+of `evaluate` and `warm_start`, with their defaults.
 A judge backend is a Python object: pass it to `train(config, judge=...)` from Python.
 """
 
@@ -34,7 +36,8 @@ from course_lib.models import course_threads, load_policy
 from course_lib.rollout import rollout
 from course_lib.sft import ensure_warm_start, warm_start
 from course_lib.tasks import filter_tasks
-from course_lib.train import TrainConfig, _check, config_tasks, train
+from course_lib.train.config import PARTS, TrainConfig, check
+from course_lib.train.loop import config_tasks, train
 from course_lib.viz import mask_text
 from course_lib.warm_starts import mixed_hop_tasks
 
@@ -47,10 +50,20 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def _config_options() -> list[tuple[str, str | None, dataclasses.Field]]:
+    """(option name, part or None, field) of every TrainConfig field and every field of its parts."""
+    top = [(f.name, None, f) for f in dataclasses.fields(TrainConfig) if f.name not in PARTS]
+    prefix = {"critic": "critic_"}  # the critic's lr, coef...: --critic-lr beside the policy's --lr
+    parts = [("reward" if (part, f.name) == ("reward", "source") else prefix.get(part, "") + f.name, part, f)
+             for part, cls in PARTS.items() for f in dataclasses.fields(cls)]
+    return top + parts
+
+
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    for f in dataclasses.fields(TrainConfig):
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=_parse_value, default=None,
-                            help=f"default: {f.default!r}")
+    for name, _, f in _config_options():
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=_parse_value, default=None,
+                            help=f"default: {default!r}")
 
 
 # Arguments of `evaluate` and `warm_start` that the command line sets: the others are Python objects (a
@@ -108,9 +121,12 @@ def _typed(name: str, value: Any, hint: Any) -> Any:
 
 
 def _config_from(args: argparse.Namespace) -> TrainConfig:
-    hints = typing.get_type_hints(TrainConfig)
-    given = {f.name: _typed(f.name, getattr(args, f.name), hints[f.name]) for f in dataclasses.fields(TrainConfig)
-             if getattr(args, f.name) is not None}
+    given: dict[str, Any] = {}
+    for name, part, f in _config_options():
+        if getattr(args, name) is not None:
+            hints = typing.get_type_hints(PARTS[part] if part else TrainConfig)
+            value = _typed(name, getattr(args, name), hints[f.name])
+            (given.setdefault(part, {}) if part else given)[f.name] = value
     return TrainConfig(**given)
 
 
@@ -235,10 +251,11 @@ def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int 
 
     print("[3/4] RL (outcome credit) on two-hop training questions; its step-0 evaluation is the warm start's...")
     config = TrainConfig(env="search_qa", model=str(warm_path), run_dir=str(run_dir / "rl"), steps=sizes.rl_steps,
-                         tasks_per_step=sizes.tasks_per_step, group_size=sizes.group_size, max_turns=sizes.max_turns,
-                         max_new_tokens=sizes.max_new_tokens, task_filter={"hops": 2}, credit="outcome",
-                         lr=sizes.rl_lr, eval_every=sizes.eval_every, eval_tasks=sizes.eval_tasks,
-                         checkpoint_every=sizes.eval_every, seed=seed)
+                         tasks_per_step=sizes.tasks_per_step, group_size=sizes.group_size,
+                         task_filter={"hops": 2}, credit="outcome", eval_every=sizes.eval_every,
+                         eval_tasks=sizes.eval_tasks,
+                         checkpoint_every=sizes.eval_every, seed=seed, optim=dict(lr=sizes.rl_lr),
+                         rollout=dict(max_turns=sizes.max_turns, max_new_tokens=sizes.max_new_tokens))
     t0 = time.time()
     train(config)
     rl_seconds = time.time() - t0
@@ -301,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # wrong names, filters and sizes: a one-line usage error, before any model loads
         if args.command == "train":
             config = _config_from(args)
-            _check(config)
+            check(config)
             config_tasks(config)
         elif args.command in ("eval", "sft"):
             filter_tasks(load_tasks(args.env, args.split if args.command == "eval" else "train"), args.task_filter)

@@ -179,10 +179,9 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
 
     def end(e: _Episode, reward: float, last_observation: str, info: dict[str, Any],
             step_reward: float = 0.0) -> None:
-        e.builder.finish(reward, last_observation=last_observation, done_info=info)
-        # an episode cut at a limit keeps its last step's own reward
-        e.builder.traj.steps[-1].reward += step_reward
-        e.done, e.cache = True, None
+        t = e.builder.finish(reward, last_observation=last_observation, done_info=info)
+        t.steps[-1].reward += step_reward  # an episode cut at a limit keeps its last step's own reward
+        t.verifier_reward, e.done, e.cache = t.reward, True, None
         bar.update(1)
 
     def fits(e: _Episode, extra: int) -> bool:
@@ -265,6 +264,7 @@ def expert_rollout(tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
                 res = env.step(step.action_text)
                 if res.done:
                     b.finish(res.reward, last_observation=res.observation, done_info=res.info)
+                    b.traj.verifier_reward = b.traj.reward
                     break
                 b.add_observation(res.observation, reward=res.reward, info=res.info)
             out.append(b.traj)

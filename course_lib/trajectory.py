@@ -69,6 +69,7 @@ class Trajectory:
     steps: list[Step] = field(default_factory=list)
     reward: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
+    verifier_reward: float | None = None  # the environment's reward, kept when a copy is rewarded otherwise
 
     @property
     def num_turns(self) -> int:
@@ -79,8 +80,8 @@ class Trajectory:
         return sum(self.loss_mask)
 
     @property
-    def success(self) -> bool:
-        return self.reward > 0.5
+    def success(self) -> bool:  # the verifier's verdict, whatever reward a copy trains on
+        return (self.reward if self.verifier_reward is None else self.verifier_reward) > 0.5
 
     @property
     def unfinished(self) -> bool:

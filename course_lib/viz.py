@@ -324,10 +324,6 @@ def credit_table(
     methods: Sequence[str] | None = None,
     turn_rewards: Callable[[Step], float] | None = None,
     values: Callable[[Trajectory], Sequence[float]] | None = None,
-    gamma: float = 0.95,
-    lam: float = 0.95,
-    omega: float = 1.0,
-    weight: float = 0.5,
     digits: int = 4,
     **options: Any,
 ):
@@ -335,16 +331,17 @@ def credit_table(
 
     One row per (trajectory, turn t), index (trajectory, t); columns: action (shortened), reward (the
     step reward r_t; the last turn carries R(τ)), then one column per method (default: every method of
-    `credit.CREDIT_METHODS`), each computed by `credit.advantages` (as the trainer does):
+    `credit.CREDIT_METHODS`), each computed by `credit.advantages(method, inputs, **options)`, exactly as
+    the trainer does (`train.batch.make_batch`), with the trainer's option names and defaults:
         outcome  A(τ) of `outcome_advantages`, the same on every turn
-        gigpo    `gigpo_advantages` with step rewards r_t, anchors = each step's anchor (γ = gamma, ω = omega)
+        gigpo    `gigpo_advantages` with step rewards r_t and each step's anchor (gamma, omega)
         turn     `turn_advantages` with per-turn rewards `turn_rewards(step)` (default
-                 `credit.process_reward`: −0.1 for a malformed action or tool error) mixed with `weight`, γ = gamma
-        critic   turn-level `gae`(γ = gamma, λ = lam) on the per-turn rewards plus R(τ) on the last turn, with
-                 values V = `values(trajectory)` (one per turn); without a trained value head V = 0, so A_t is
-                 the λ-discounted return. Not whitened (the critic's default, as in training).
-    `options`: further options of the credit methods (see `credit.advantages`).
-    Trajectories are grouped by `group_id`. Values are rounded to `digits` (deterministic output).
+                 `credit.process_reward`: −0.1 for a malformed action or tool error) (turn_weight, gamma)
+        critic   turn-level `gae` on the per-turn rewards plus R(τ) on the last turn, with values
+                 V = `values(trajectory)` (one per turn); without a trained value head V = 0, so A_t is the
+                 λ-discounted return (gae_gamma, gae_lambda, whiten)
+    `options`: options of the credit methods (e.g. gamma=0.9, gae_lambda=1.0); each method takes those it
+    names. Trajectories are grouped by `group_id`. Values are rounded to `digits` (deterministic output).
     """
     import pandas as pd
 
@@ -361,12 +358,10 @@ def credit_table(
     inputs = credit.CreditInputs.of(
         trajectories, turn_rewards=[[score(s) for s in t.steps] for t in trajectories],
         values=[list(values(t)) if values is not None else [0.0] * t.num_turns for t in trajectories])
-    pool = {"gamma": gamma, "omega": omega, "turn_weight": weight, "gae_gamma": gamma, "gae_lambda": lam,
-            "whiten": False, **options}
     columns: dict[str, list] = {"action": [_short(s.action_text, 40) for _, _, s in rows],
                                 "reward": [s.reward for _, _, s in rows]}
     for method in methods:
-        result = credit.advantages(method, inputs, **pool)
+        result = credit.advantages(method, inputs, **options)
         columns[method] = [float(x) for a in result.advantages for x in a]
     index = pd.MultiIndex.from_tuples([(t.traj_id, k) for t, k, _ in rows], names=["trajectory", "t"])
     table = pd.DataFrame(columns, index=index)
@@ -450,7 +445,7 @@ class CreditExplorer:
 def credit_explorer(groups: TrajectoryGroup | Sequence[TrajectoryGroup], tokenizer=None,
                     methods: Sequence[str] | None = None, **table_options) -> CreditExplorer:
     """A dropdown over groups and the per-turn advantage table (see `credit_table` for the methods,
-    `turn_rewards`, `values`, gamma, lam, omega, weight). Display the returned explorer (last line of
+    `turn_rewards`, `values` and the credit options). Display the returned explorer (last line of
     a cell); without a widget frontend it shows every group's table as static HTML."""
     return CreditExplorer(groups, tokenizer, methods=methods, **table_options)
 

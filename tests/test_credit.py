@@ -435,7 +435,7 @@ def test_a_new_credit_method_is_one_registered_function(monkeypatch):
     """What "adding a credit method" takes: a function registered in the credit module. The dispatch,
     the trainer's config check and the credit table then know it, with its own option."""
     from course_lib import viz
-    from course_lib.train import TrainConfig, _check
+    from course_lib.train.config import TrainConfig, check
 
     monkeypatch.setattr(credit, "CREDIT_METHODS", dict(credit.CREDIT_METHODS))  # removed again after the test
 
@@ -446,8 +446,8 @@ def test_a_new_credit_method_is_one_registered_function(monkeypatch):
 
     assert [a.tolist() for a in advantages("last_turn_only", _inputs(), bonus=0.5).advantages] == [
         [0.0, 1.5], [0.0, 0.0, 0.5], [1.5]]
-    _check(TrainConfig(credit="last_turn_only", credit_options={"bonus": 2.0}))
-    assert TrainConfig(credit_options={"bonus": 2.0}).credit_option_values()["bonus"] == 2.0
+    check(TrainConfig(credit="last_turn_only", credit_options={"bonus": 2.0}))
+    assert TrainConfig(credit="last_turn_only", credit_options={"bonus": 2.0}).credit_options["bonus"] == 2.0
     assert "last_turn_only" in viz.credit_table(
         [make_trajectory(["s"], 1.0)], methods=("outcome", "last_turn_only"), bonus=0.0).columns
 
@@ -483,10 +483,13 @@ def test_reinforce_trains_on_every_group_even_of_one_rollout():
 @pytest.mark.parametrize("method", ["critic", "reinforce"])
 def test_groups_of_one_rollout_train(tmp_path, method):
     """group_size=1, where no group baseline exists: both methods take an update on every rollout."""
-    from course_lib.train import TrainConfig, read_metrics, train
+    from course_lib.checkpoint import read_metrics
+    from course_lib.train.config import TrainConfig
+    from course_lib.train.loop import train
 
     config = TrainConfig(env="lookup", run_dir=str(tmp_path / "run"), credit=method, steps=1, tasks_per_step=3,
-                         group_size=1, max_turns=2, max_new_tokens=12, eval_every=0, eval_tasks=0,
+                         group_size=1, rollout=dict(max_turns=2, max_new_tokens=12), eval_every=0,
+                         eval_tasks=0,
                          checkpoint_every=0, progress=False, credit_options={"whiten": False} if method == "critic" else None)
     assert train(config)["step"] == 1
     (row,) = [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]

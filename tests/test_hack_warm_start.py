@@ -10,11 +10,13 @@ from __future__ import annotations
 import pytest
 from conftest import make_trajectory
 
+from course_lib.checkpoint import read_metrics
 from course_lib.envs import load_tasks, make_env
 from course_lib.envs.code_fix import HACK_OLD, VISIBLE_TESTS
 from course_lib.evaluate import evaluate
 from course_lib.rollout import expert_rollout, flag_rates
-from course_lib.train import TrainConfig, read_metrics, train
+from course_lib.train.config import TrainConfig
+from course_lib.train.loop import train
 from course_lib.warm_starts import code_fix_warm_start_options, hack_demo_tasks
 
 
@@ -85,8 +87,8 @@ def test_flag_rates_count_only_the_flags_an_env_records():
 
 def test_train_and_evaluate_log_the_hack_rates_of_code_fix(tmp_path, policy):
     config = TrainConfig(env="code_fix_naive", run_dir=str(tmp_path / "run"), steps=1, tasks_per_step=1,
-                         group_size=2, max_turns=1, max_new_tokens=8, eval_every=0, eval_tasks=0,
-                         checkpoint_every=0, progress=False)
+                         group_size=2, rollout=dict(max_turns=1, max_new_tokens=8), eval_every=0,
+                         eval_tasks=0, checkpoint_every=0, progress=False)
     train(config, reward_fn=lambda t: 1.0 if t.traj_id.endswith("#0") else 0.0)
     (row,) = [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
     assert 0.0 <= row["hacked"] <= 1.0 and 0.0 <= row["hack_attempt"] <= 1.0

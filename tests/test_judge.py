@@ -724,11 +724,15 @@ def test_summarize_env_needs_the_judge(tokenizer):
 
 
 def _judge_run(tmp_path, judge, **overrides):
-    from course_lib.train import TrainConfig, read_metrics, train
+    from course_lib.checkpoint import read_metrics
+    from course_lib.train.config import TrainConfig
+    from course_lib.train.loop import train
 
+    reward = {"source": "judge", **overrides.pop("reward", {})}
     config = TrainConfig(**{**dict(env="summarize", run_dir=str(tmp_path / "run"), steps=2, tasks_per_step=2,
-                                   group_size=2, max_turns=2, max_new_tokens=16, eval_every=0, eval_tasks=0,
-                                   checkpoint_every=0, progress=False, reward="judge"), **overrides})
+                                   group_size=2, rollout=dict(max_turns=2, max_new_tokens=16), eval_every=0,
+                                   eval_tasks=0, checkpoint_every=0, progress=False, reward=reward),
+                            **overrides})
     result = train(config, judge=judge)
     return result, [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
 
@@ -740,7 +744,7 @@ def test_rl_run_rewarded_only_by_the_local_judge(tmp_path, policy, monkeypatch):
     monkeypatch.setattr("course_lib.judge.scoring._default_cache_dir", lambda: tmp_path / "judge-cache")
     model, tokenizer = policy
     judge = LocalJudge(model=model, tokenizer=tokenizer)
-    result, rows = _judge_run(tmp_path, judge=judge, judge_method="pointwise")
+    result, rows = _judge_run(tmp_path, judge=judge, reward=dict(judge_method="pointwise"))
     assert result["step"] == 2 and len(rows) == 2
     for r in rows:
         assert r["judge_failed_groups"] == 0 and 0.0 <= r["reward"] <= 1.0

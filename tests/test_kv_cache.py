@@ -10,7 +10,8 @@ from conftest import TEST_DEVICE, logprob_atol
 from course_lib import kv_cache, rollout
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
-from course_lib.train import Hooks, TrainConfig, rl_step
+from course_lib.train.config import Hooks, TrainConfig
+from course_lib.train.loop import Run, rl_step
 from course_lib.trajectory import TrajectoryBuilder, render
 
 TASKS = load_tasks("lookup", "test")[:3]
@@ -127,12 +128,14 @@ def test_with_a_bf16_sampler_the_ratio_never_reads_the_samplers_log_probs(tmp_pa
     """An RL step whose rollouts a bf16 copy samples, two PPO epochs: ℓ_old is the fp32 trainer's own first-epoch
     ℓ (ratio exactly 1 in that epoch), and the metrics report how far the sampler's log-probs were from it."""
     model, tok = load_policy("smollm2-135m", device=TEST_DEVICE)  # its own copy: the step updates it
-    config = TrainConfig(env="lookup", run_dir=str(tmp_path), tasks_per_step=1, group_size=2, max_turns=1,
-                         max_new_tokens=6, ppo_epochs=2, bf16_autocast=False, sample_dtype="bfloat16", progress=False)
-    sampler = kv_cache.sampling_copy(model, config.sample_dtype)
-    batch = rl_step(1, model, tok, None, torch.optim.AdamW(model.parameters(), lr=1e-5), load_tasks("lookup", "train"),
-                    config, device=model.device, autocast_dtype=None, sampler=sampler,
-                    hooks=Hooks(reward_fn=lambda t: float(t.traj_id.endswith("#0"))))
+    config = TrainConfig(env="lookup", run_dir=str(tmp_path), tasks_per_step=1, group_size=2, progress=False,
+                         rollout=dict(max_turns=1, max_new_tokens=6, sample_dtype="bfloat16"),
+                         optim=dict(ppo_epochs=2, bf16_autocast=False))
+    sampler = kv_cache.sampling_copy(model, config.rollout.sample_dtype)
+    run = Run(config, model, tok, model.device, None, None, torch.optim.AdamW(model.parameters(), lr=1e-5),
+              sampler=sampler)
+    hooks = Hooks(reward_fn=lambda t: float(t.traj_id.endswith("#0")))
+    batch = rl_step(run, 1, load_tasks("lookup", "train"), hooks=hooks)
     row = batch.metrics
     assert row["epochs_stepped"] == 2 and row["ratio_mean"] == pytest.approx(1.0, abs=1e-9), row
     # bf16 weights move a log-prob by far more than fp32 rounding (about 1e-5 between two fp32 passes)

@@ -101,7 +101,7 @@ def _package_ancestors(module: str) -> set[str]:
 
 
 def test_the_import_graph_has_no_cycles():
-    assert "course_lib.train" in GRAPH and GRAPH["course_lib.train"], "the graph reader found no imports"
+    assert GRAPH.get("course_lib.train.loop"), "the graph reader found no imports"
     assert _find_cycle(GRAPH) is None, f"import cycle: {' -> '.join(_find_cycle(GRAPH))}"
 
 
@@ -140,6 +140,8 @@ def _judge_modules_but(*allowed: str) -> list[str]:
                                 "course_lib.judge.warm_start"]),
     # environments never import their task generators
     ("course_lib.envs", ["course_lib.tasks"]),
+    # a step's rewards are computed below the trainer, which calls them
+    ("course_lib.rewards", ["course_lib.train"]),
 ])
 def test_layering_rule(low, forbidden):
     lows = [m for m in GRAPH if m == low or m.startswith(low + ".")]
@@ -229,3 +231,62 @@ def test_one_table_lists_the_environments():
                 and (found := _environment_listings(ast.parse(path.read_text()), names))}
     assert not listings, f"environments listed outside course_lib.envs.ENVIRONMENTS (read it): {listings}"
     assert _environment_listings(ast.parse('ENVS = ("gridworld", "lookup")\nif env == "lookup": pass'), names)
+
+
+# ----- a method name is dispatched once: in its registry ---------------------------------------------------
+
+# A compared expression that selects a method mentions one of these words (`scale == "group"` does not).
+_SELECTOR_WORDS = ("method", "credit", "judg", "turn_reward", "source", "reward")
+
+
+def _registries() -> dict[str, set[str]]:
+    """Registering module -> the method names it registers (credit methods; judging methods, reward
+    sources and turn-reward rules)."""
+    from course_lib import credit, rewards
+
+    return {"course_lib.credit": set(credit.CREDIT_METHODS),
+            "course_lib.rewards": set(rewards.JUDGING_METHODS) | set(rewards.REWARD_SOURCES)
+            | set(rewards.TURN_REWARD_RULES)}
+
+
+def _string_literals(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return set().union(*(_string_literals(e) for e in node.elts))
+    return set()
+
+
+def method_name_comparisons(source: str, module: str, registries: dict[str, set[str]]) -> list[str]:
+    """`==`, `!=`, `in`, `not in` comparisons of a method-selecting expression against a registered name,
+    outside the module that registers that name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, operands, operands[1:]):
+            if not isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+                continue
+            for literal, selector in ((left, right), (right, left)):
+                names = _string_literals(literal)
+                text = ast.unparse(selector)
+                registered = [r for r, known in registries.items() if r != module and names & known]
+                if registered and not _string_literals(selector) and any(w in text for w in _SELECTOR_WORDS):
+                    found.append(f"{module}:{node.lineno}: {ast.unparse(node)} (names of {registered[0]})")
+    return found
+
+
+def test_no_comparison_against_a_method_name_outside_its_registry():
+    registries = _registries()
+    found = [hit for name, path in _modules().items()
+             for hit in method_name_comparisons(path.read_text(), name, registries)]
+    assert not found, "a method name dispatched outside its registry (use the registry):\n" + "\n".join(found)
+
+
+def test_the_method_name_rule_finds_a_comparison():
+    registries = {"course_lib.credit": {"gigpo"}, "course_lib.rewards": {"group"}}
+    code = ("if config.credit == 'gigpo': pass\nif judge_method in ('group', 'x'): pass\n"
+            "if scale == 'group': pass\n")
+    assert len(method_name_comparisons(code, "course_lib.viz", registries)) == 2
+    assert len(method_name_comparisons(code, "course_lib.credit", registries)) == 1

@@ -11,15 +11,16 @@ from course_lib.envs import load_tasks
 from course_lib.envs.search_qa import SearchQAEnv
 from course_lib.models import resolve_model_path
 from course_lib.protocol import format_answer, format_tool_call
-from course_lib.rollout import expert_rollout
-from course_lib.train import Hooks, TrainConfig, make_batch
-from course_lib.trajectory import TrajectoryGroup
-from course_lib.turn_rewards import (
+from course_lib.rewards import (
     BONUS,
     answer_evidence_turn_rewards,
     evidence_turn_rewards,
     question_echo_turn_rewards,
 )
+from course_lib.rollout import expert_rollout
+from course_lib.train.batch import make_batch
+from course_lib.train.config import Hooks, TrainConfig
+from course_lib.trajectory import TrajectoryGroup
 
 
 @pytest.fixture(scope="module")

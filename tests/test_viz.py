@@ -15,7 +15,7 @@ import torch
 from conftest import make_trajectory
 
 from course_lib import viz
-from course_lib.credit import CREDIT_METHODS, gae, outcome_advantages
+from course_lib.credit import CREDIT_METHODS, credit_method_named, gae, outcome_advantages
 from course_lib.envs import load_tasks
 from course_lib.rollout import expert_rollout
 from course_lib.trajectory import Trajectory, TrajectoryGroup
@@ -170,7 +170,7 @@ def test_credit_table_has_one_row_per_turn_and_one_column_per_method(group):
     outcome = outcome_advantages(group.rewards, ["g"] * 3)
     for t, adv in zip(group, outcome.tolist()):
         assert table.loc[t.traj_id, "outcome"].tolist() == [round(adv, 4)] * t.num_turns
-    returns = gae([0.0, 0.0, 1.0], [0.0] * 3, gamma=0.95, lam=0.95)[0].tolist()
+    returns = gae([0.0, 0.0, 1.0], [0.0] * 3, gamma=1.0, lam=0.95)[0].tolist()  # the trainer's defaults
     assert table.loc["c", "critic"].tolist() == [round(x, 4) for x in returns]  # V = 0: λγ-discounted return
     # the malformed turn of b is penalised relative to the other rollouts' first turns
     assert table.loc[("b", 0), "turn"] < table.loc[("b", 0), "outcome"]
@@ -178,13 +178,34 @@ def test_credit_table_has_one_row_per_turn_and_one_column_per_method(group):
 
 
 def test_credit_table_options(group):
-    table = viz.credit_table(group, methods=("critic",), values=lambda t: [0.5] * t.num_turns, gamma=1.0, lam=1.0)
+    table = viz.credit_table(group, methods=("critic",), values=lambda t: [0.5] * t.num_turns,
+                             gae_gamma=1.0, gae_lambda=1.0)
     assert list(table.columns) == ["action", "reward", "critic"]
     assert table.loc["a", "critic"].tolist() == [0.5, 0.5]  # return 1 minus V 0.5 on both turns
     flat = viz.credit_table(group, methods=("turn",), turn_rewards=lambda step: 0.0)
     assert flat["turn"].tolist() == viz.credit_table(group, methods=("outcome",))["outcome"].tolist()
     with pytest.raises(ValueError, match="methods are: outcome, gigpo, turn, critic"):  # and any method added
         viz.credit_table(group, methods=("ppo",))
+
+
+@pytest.mark.parametrize("options", [{}, {"gamma": 0.8, "omega": 0.5, "turn_weight": 1.0, "gae_gamma": 0.9,
+                                      "gae_lambda": 0.7}])
+def test_credit_table_columns_are_the_trainers_advantages(group, options):
+    """Every column of the credit table equals the advantages the trainer computes (`make_batch`) on the same
+    trajectories, with the same option names and defaults, the critic with the same values V(s_t)."""
+    from course_lib.train.batch import make_batch
+    from course_lib.train.config import TrainConfig
+
+    values = {t.traj_id: [0.1 * (k + 1) for k in range(t.num_turns)] for t in group}
+    table = viz.credit_table(group, values=lambda t: values[t.traj_id], digits=6, **options)
+    for method in CREDIT_METHODS:
+        taken = {k: v for k, v in options.items() if k in credit_method_named(method).options}
+        batch = make_batch([group], [], TrainConfig(credit=method, credit_options=taken),
+                           values_of=lambda trajs: [torch.tensor(values[t.traj_id]) for t in trajs])
+        assert [t.traj_id for t in batch.trajectories] == ["a", "b", "c"], method  # every group has signal
+        for t, a in zip(batch.trajectories, batch.advantages):
+            per_turn = [float(a[t.turn_index.index(k)]) for k in range(t.num_turns)]  # a turn's first token
+            assert table.loc[t.traj_id, method].tolist() == pytest.approx(per_turn, abs=1e-5), method
 
 
 def test_credit_explorer_dropdown_switches_groups(group, trajectories, tok):

@@ -7,7 +7,7 @@ The vocabulary, used the same way in `TrainConfig`, `train()`, the metrics and t
     verifier reward     the environment's reward of an episode, as the rollout recorded it. `success` is
                         always the verifier's verdict: verifier reward > 0.5 (`Trajectory.success`).
     judge score         s(τ) in [0, 1], the judge's score of an episode (`course_lib.judge`), by a judging
-                        method of `JUDGING_METHODS` ("group": the group at once; "pointwise": P(yes) alone).
+                        method of `judge.methods.JUDGING_METHODS` ("group": the group at once; "pointwise": P(yes) alone).
     reward R(τ)         the training reward, the one credit reads. Its reward source
                         (`RewardConfig.source`, `REWARD_SOURCES`) says how it is made from the two:
                             verifier   R = v            (or `reward_fn(τ)` when given: shaping, tests)
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 
 def _judge_module(name: str):  # imported on first use: a run without a judge never needs its dependencies
-    """`course_lib.judge.<name>`: "scoring" (whole trajectories) or "turns" (each turn)."""
+    """`course_lib.judge.<name>`, e.g. "methods" (the judging methods) or "scoring"."""
     try:
         return importlib.import_module(f"course_lib.judge.{name}")
     except ImportError as exc:
@@ -76,23 +76,6 @@ def _judge_module(name: str):  # imported on first use: a run without a judge ne
 
 # ----- the registries: each name of a reward source, judging method or turn-reward rule is dispatched here
 
-
-@dataclass(frozen=True)
-class JudgingMethod:
-    """A way to ask the judge: the `course_lib.judge` functions that score a group and the turns of one
-    trajectory, and whether it can show the judge the task's reference answer."""
-
-    name: str
-    score_group: str  # course_lib.judge function: (trajectories, judge=..., metrics=..., [rubric]) -> scores
-    score_turns: str  # course_lib.judge function: (trajectory, judge=...) -> one score per turn
-    takes_reference: bool  # shows info["reference"] to the judge when RewardConfig.judge_reference is set
-
-
-JUDGING_METHODS: dict[str, JudgingMethod] = {
-    "group": JudgingMethod("group", "score_group", "score_turns", takes_reference=True),
-    "pointwise": JudgingMethod("pointwise", "score_pointwise", "score_turns_pointwise",
-                               takes_reference=False),
-}
 
 # reward source -> the judge's weight w in R = w · s + (1 − w) · v; None: RewardConfig.mix_weight
 REWARD_SOURCES: dict[str, float | None] = {"verifier": 0.0, "judge": 1.0, "mix": None}
@@ -123,9 +106,7 @@ def check(spec: RewardConfig, judge: Any = None) -> None:
     """Unknown names, and a judge reward without a judge backend (else it fails only in the first step)."""
     _named(REWARD_SOURCES, "reward", spec.source)
     _named(TURN_REWARD_RULES, "turn_reward", spec.turn_reward)
-    if spec.judge_method not in JUDGING_METHODS:
-        raise ValueError(f"judge_method must be {' or '.join(map(repr, JUDGING_METHODS))}, "
-                         f"got {spec.judge_method!r}")
+    _judge_module("methods").judging_method(spec.judge_method)
     needs = uses_judge(spec)
     if needs and judge is None:
         raise ValueError(f"{needs[0]} needs a judge backend and there is no default one: pass judge= to "
@@ -182,9 +163,8 @@ def assign(spec: RewardConfig, groups: list[TrajectoryGroup], *, judge: Any = No
     scores: dict[Hashable, float] = {}
     failed, metrics = [], None
     if w > 0:
-        judge_module = _judge_module("scoring")
-        method = JUDGING_METHODS[spec.judge_method]
-        score_fn, metrics = getattr(judge_module, method.score_group), judge_module.JudgeMetrics()
+        method = _judge_module("methods").judging_method(spec.judge_method)
+        score_fn, metrics = method.score_group, _judge_module("scoring").JudgeMetrics()
         for g in groups:
             kwargs = {"judge": judge, "metrics": metrics, **({"rubric": spec.rubric} if spec.rubric else {})}
             if spec.judge_reference and method.takes_reference:
@@ -217,12 +197,12 @@ def turn_rewards(spec: RewardConfig, trajectory: Trajectory, *, judge: Any = Non
     """Per-turn rewards r_t of the rule `spec.turn_reward` (not including the final reward), and whether
     the turn judging failed.
 
-    "judge": the judge's score of every turn (`JUDGING_METHODS[spec.judge_method].score_turns`); when it
+    "judge": the judge's score of every turn (`judge.methods.JUDGING_METHODS`); when it
     fails, every r_t is NaN and the step skips the trajectory's group (a failed judging is never scored 0).
     "process": `turn_reward_fn`, by default the process reward (`credit.process_rewards`).
     """
     if _named(TURN_REWARD_RULES, "turn_reward", spec.turn_reward):
-        score_fn = getattr(_judge_module("turns"), JUDGING_METHODS[spec.judge_method].score_turns)
+        score_fn = _judge_module("methods").judging_method(spec.judge_method).score_turns
         scores = score_fn(trajectory, judge=judge)
         rewards, failed = list(scores), scores.failed
     else:

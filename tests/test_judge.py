@@ -345,7 +345,7 @@ def test_judge_agreement_pointwise_judges_once_and_has_no_order():
     assert len(judge.prompts) == 6 and judge.chats == 0 and r["method"] == "pointwise"
     assert r["judgings_per_group"] == 1 and math.isnan(r["position_bias_rate"])
     assert r["pairwise_accuracy"] == 0.5 and r["pairs"] == 3  # 0.7 for both: every pair a tie
-    with pytest.raises(ValueError, match="method must be one of group, pointwise"):
+    with pytest.raises(ValueError, match="judge_method must be .group. or .pointwise."):
         judge_agreement("search_qa", judge, 1, groups=groups, method="logprob")
 
 

@@ -111,8 +111,8 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 # The modules of the judge package, from the bottom up.
-JUDGE_MODULES = ("errors", "answers", "prompts", "backends", "scoring", "turns", "quality", "server",
-                 "warm_start")
+JUDGE_MODULES = ("errors", "answers", "prompts", "backends", "scoring", "turns", "methods", "quality",
+                 "server", "warm_start")
 
 
 def _judge_modules_but(*allowed: str) -> list[str]:
@@ -134,10 +134,12 @@ def _judge_modules_but(*allowed: str) -> list[str]:
     ("course_lib.judge.answers", _judge_modules_but("errors", "answers")),
     ("course_lib.judge.prompts", _judge_modules_but("errors", "prompts")),
     ("course_lib.judge.backends", _judge_modules_but("errors", "backends")),
-    ("course_lib.judge.scoring", ["course_lib.judge.turns", "course_lib.judge.quality",
+    ("course_lib.judge.scoring", ["course_lib.judge.turns", "course_lib.judge.methods", "course_lib.judge.quality",
                                   "course_lib.judge.server", "course_lib.judge.warm_start"]),
-    ("course_lib.judge.turns", ["course_lib.judge.quality", "course_lib.judge.server",
+    ("course_lib.judge.turns", ["course_lib.judge.methods", "course_lib.judge.quality", "course_lib.judge.server",
                                 "course_lib.judge.warm_start"]),
+    ("course_lib.judge.methods", ["course_lib.judge.quality", "course_lib.judge.server",
+                                  "course_lib.judge.warm_start"]),
     # environments never import their task generators
     ("course_lib.envs", ["course_lib.tasks"]),
     # a step's rewards are computed below the trainer, which calls them
@@ -243,10 +245,10 @@ def _registries() -> dict[str, set[str]]:
     """Registering module -> the method names it registers (credit methods; judging methods, reward
     sources and turn-reward rules)."""
     from course_lib import credit, rewards
+    from course_lib.judge.methods import JUDGING_METHODS
 
-    return {"course_lib.credit": set(credit.CREDIT_METHODS),
-            "course_lib.rewards": set(rewards.JUDGING_METHODS) | set(rewards.REWARD_SOURCES)
-            | set(rewards.TURN_REWARD_RULES)}
+    return {"course_lib.credit": set(credit.CREDIT_METHODS), "course_lib.judge.methods": set(JUDGING_METHODS),
+            "course_lib.rewards": set(rewards.REWARD_SOURCES) | set(rewards.TURN_REWARD_RULES)}
 
 
 def _string_literals(node: ast.AST) -> set[str]:

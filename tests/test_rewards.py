@@ -52,8 +52,13 @@ class FakeJudge:
             def as_row(self):
                 return {"judge_groups": self.groups}
 
-        return types.SimpleNamespace(score_group=score_group, score_pointwise=score_pointwise,
-                                     JudgeMetrics=Metrics)
+        def judging_method(method):
+            if method not in ("group", "pointwise"):
+                raise ValueError(f"judge_method must be 'group' or 'pointwise', got {method!r}")
+            return types.SimpleNamespace(score_group=score_group if method == "group" else score_pointwise,
+                                         takes_reference=method == "group")
+
+        return types.SimpleNamespace(JudgeMetrics=Metrics, judging_method=judging_method)
 
 
 @pytest.fixture
@@ -161,9 +166,7 @@ def test_the_registries_check_names_and_the_judge():
     with pytest.raises(ValueError, match="reward='judge' needs a judge backend"):
         rewards.check(RewardConfig(source="judge"))
     rewards.check(RewardConfig(source="judge"), judge=object())
-    import course_lib.judge.scoring
-    import course_lib.judge.turns
+    from course_lib.judge.methods import JUDGING_METHODS
 
-    for method in rewards.JUDGING_METHODS.values():  # each names functions of the judge's modules
-        assert callable(getattr(course_lib.judge.scoring, method.score_group))
-        assert callable(getattr(course_lib.judge.turns, method.score_turns))
+    for method in JUDGING_METHODS.values():
+        assert callable(method.score_group) and callable(method.score_turns)

@@ -17,8 +17,9 @@ from tqdm.auto import tqdm
 
 from course_lib import wilson_interval
 from course_lib.judge.backends import LocalJudge
+from course_lib.judge.methods import judging_method
 from course_lib.judge.prompts import DEFAULT_RUBRIC, render_messages
-from course_lib.judge.scoring import METHODS, GroupScores, JudgeMetrics, score_group, score_pointwise
+from course_lib.judge.scoring import GroupScores, JudgeMetrics, score_group
 from course_lib.trajectory import Trajectory
 
 
@@ -73,8 +74,9 @@ def _judgings(trajectories: list[Trajectory], judge, method: str, *, seed: int, 
     """The judgings of one group. group: twice, in a seeded order, then in that order reversed (two seeds
     could draw the same order), reference-guided when `references` and the group's trajectories carry one
     (``info["reference"]``); pointwise: once, as it has no order."""
-    if method == "pointwise":
-        return [score_pointwise(trajectories, rubric, judge=judge, use_cache=False, metrics=metrics)]
+    if not judging_method(method).reads_an_order:  # pointwise: one judging
+        return [judging_method(method).score_group(trajectories, rubric, judge=judge, use_cache=False,
+                                                   metrics=metrics)]
     reference = trajectories[0].info.get("reference") if references else None
     return [score_group(trajectories, rubric, judge=judge, seed=seed, reverse=reverse,
                         max_retries=max_retries, reference=reference, use_cache=False, max_tokens=max_tokens,
@@ -119,8 +121,7 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group
     * per judging (one `score_group` or `score_pointwise` call): failed_judgings_rate,
       tokens_per_judging, seconds_per_judging.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    judging_method(method)  # an unknown method fails here, before any rollout
     n_expert = group_size // 2 if n_expert is None else n_expert
     if groups is None:
         groups = verifier_groups(env_name, n_groups, group_size=group_size, n_expert=n_expert, model=model,
@@ -143,7 +144,7 @@ def judge_agreement(env_name: str, judge, n_groups: int, *, method: str = "group
         "failed_judgings_rate": metrics.failed_groups / judgings,
         "tokens_per_judging": metrics.tokens / judgings,
         "seconds_per_judging": metrics.seconds / judgings,
-        "judgings_per_group": 1 if method == "pointwise" else 2, "judgings": metrics.groups,
+        "judgings_per_group": 2 if judging_method(method).reads_an_order else 1, "judgings": metrics.groups,
         "failed_judgings": metrics.failed_groups, "calls": metrics.calls,
         "last_errors": metrics.errors[-3:],
     }

@@ -85,14 +85,11 @@ from course_lib.trajectory import Trajectory
 
 __all__ = [
     # the judges
-    "METHODS", "GROUP_ANSWERS", "group_layout", "score_group", "score_pointwise",
+    "GROUP_ANSWERS", "group_layout", "score_group", "score_pointwise",
     # what they return
     "JudgeScore", "GroupScores", "JudgeMetrics",
 ]
 
-# The two ways to judge: "group" (the whole group at once, scores by id) and "pointwise" (P(yes) one at a
-# time).
-METHODS = ("group", "pointwise")
 # How a group judging's answer is read: "forced" (digits' probabilities at forced positions), "json" (the
 # judge writes a JSON list), "auto" (forced when the backend can, else json).
 GROUP_ANSWERS = ("auto", "forced", "json")

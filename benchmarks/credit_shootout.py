@@ -585,7 +585,7 @@ def plot(size: str, envs: list[str], methods: list[str], results: list[dict], pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from course_lib.viz import method_color
+    from course_lib.plots import method_color
 
     fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4.2), dpi=100, squeeze=False)
     for ax, env in zip(axes[0], envs):

@@ -32,8 +32,6 @@ from typing import Any
 
 import torch
 
-from course_lib.value_head import ValueHead, state_positions, value_loss  # noqa: F401  (re-exported: the critic's parts)
-
 
 def _as_float_tensor(values: Sequence[float] | torch.Tensor) -> torch.Tensor:
     """A 1-D float tensor; floating tensors keep their dtype, anything else becomes float32."""
@@ -282,27 +280,6 @@ def gae(rewards: Sequence[float] | torch.Tensor, values: Sequence[float] | torch
         advantages[t] = next_advantage
         next_value = values[t]
     return advantages, advantages + values
-
-
-# ----- the process reward: one rule, used by the trainer and the credit table ---------------------------
-
-PROCESS_PENALTY = -0.1
-
-
-def process_reward(step) -> float:
-    """The default turn reward r_t: −0.1 for a malformed action or a tool error, else 0 (notebook 07).
-
-    It reads only what the environment reported: the action kind (`step.info["action_kind"]`) and an
-    observation that starts with "Error:" (how every environment reports a failed tool call), so it
-    cannot be gamed by the wording of an action; it rewards well-formed tool use, never the outcome
-    (the verifier's reward stays in charge of that).
-    """
-    bad = step.info.get("action_kind") == "malformed" or step.observation_text.startswith("Error:")
-    return PROCESS_PENALTY if bad else 0.0
-
-
-def process_rewards(trajectory) -> list[float]:  # `process_reward` of every turn, in order
-    return [process_reward(step) for step in trajectory.steps]
 
 
 # ----- the dispatch: a method name -> per-turn advantages -----------------------------------------------

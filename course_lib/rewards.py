@@ -17,7 +17,7 @@ The vocabulary, used the same way in `TrainConfig`, `train()`, the metrics and t
     turn reward r_t     one number per turn, read by credit methods that need "turn_rewards" (turn,
                         turn_dense, critic, reinforce), made by a turn-reward rule.
     turn-reward rule    a function trajectory -> [r_t], named in `TURN_REWARD_RULES`: "process" (the
-                        process reward, `credit.process_rewards`, or `train(turn_reward_fn=...)` in its
+                        process reward, `process_rewards`, or `train(turn_reward_fn=...)` in its
                         place, e.g. one of the search_qa rules below) or "judge" (the judge's score of
                         every turn). `RewardConfig.turn_reward` names the rule.
 
@@ -27,7 +27,7 @@ judging is never turned into rewards: the step leaves that group out); the judge
 rewarded copies of the groups that credit reads (`reward` and the last step's reward are R).
 
 Hand-written turn-reward rules for search_qa, two that agree with the verifier and one that only looks
-like it. Each adds a bonus to the process reward (`credit.process_reward`: −0.1 for a malformed action or
+like it. Each adds a bonus to the process reward (`process_reward`: −0.1 for a malformed action or
 a tool error) for turns that look like progress:
 
     evidence_turn_rewards       +bonus when a search shows, for the first time in the episode, a sentence
@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from course_lib.credit import process_reward, process_rewards
 from course_lib.envs import load_tasks
 from course_lib.envs.search_qa import SearchQAEnv, load_index
 from course_lib.protocol import parse_action
@@ -74,13 +73,34 @@ def _judge_module(name: str):  # imported on first use: a run without a judge ne
                            f"({exc}); use the verifier's reward or install the judge's dependencies") from exc
 
 
+# ----- the process reward: the default turn-reward rule, used by the trainer and the credit table ---------
+
+PROCESS_PENALTY = -0.1
+
+
+def process_reward(step) -> float:
+    """The default turn reward r_t: −0.1 for a malformed action or a tool error, else 0 (notebook 07).
+
+    It reads only what the environment reported: the action kind (`step.info["action_kind"]`) and an
+    observation that starts with "Error:" (how every environment reports a failed tool call), so it
+    cannot be gamed by the wording of an action; it rewards well-formed tool use, never the outcome
+    (the verifier's reward stays in charge of that).
+    """
+    bad = step.info.get("action_kind") == "malformed" or step.observation_text.startswith("Error:")
+    return PROCESS_PENALTY if bad else 0.0
+
+
+def process_rewards(trajectory) -> list[float]:  # `process_reward` of every turn, in order
+    return [process_reward(step) for step in trajectory.steps]
+
+
 # ----- the registries: each name of a reward source, judging method or turn-reward rule is dispatched here
 
 
 # reward source -> the judge's weight w in R = w · s + (1 − w) · v; None: RewardConfig.mix_weight
 REWARD_SOURCES: dict[str, float | None] = {"verifier": 0.0, "judge": 1.0, "mix": None}
 
-# turn-reward rule -> whether it asks the judge ("process": credit.process_rewards or turn_reward_fn)
+# turn-reward rule -> whether it asks the judge ("process": process_rewards or turn_reward_fn)
 TURN_REWARD_RULES: dict[str, bool] = {"process": False, "judge": True}
 
 
@@ -199,7 +219,7 @@ def turn_rewards(spec: RewardConfig, trajectory: Trajectory, *, judge: Any = Non
 
     "judge": the judge's score of every turn (`judge.methods.JUDGING_METHODS`); when it
     fails, every r_t is NaN and the step skips the trajectory's group (a failed judging is never scored 0).
-    "process": `turn_reward_fn`, by default the process reward (`credit.process_rewards`).
+    "process": `turn_reward_fn`, by default the process reward (`process_rewards`).
     """
     if _named(TURN_REWARD_RULES, "turn_reward", spec.turn_reward):
         score_fn = _judge_module("methods").judging_method(spec.judge_method).score_turns

@@ -1,9 +1,10 @@
-"""Looking at trajectories, credit and learning curves (notebooks 03 to 11).
+"""Looking at trajectories and credit (notebooks 03 to 08).
 
     mask_html, show_mask, mask_text   the loss mask of one trajectory, token by token (notebook 03)
     TrajectoryViewer, show_trajectory a turn-by-turn viewer: slider over turns, dropdown over trajectories
     credit_table, credit_explorer     per-turn advantages under outcome / GiGPO / turn / critic credit
-    plot_learning_curves, plot_histogram, bar_with_ci, METHOD_COLORS   plots with shared colours
+
+The plots (learning curves, histograms, bars with intervals, one colour per method) are in `course_lib.plots`.
 
 Every interactive view has a static HTML fallback: the widget's display bundle also carries a
 `text/html` rendering of everything, so a notebook read on GitHub, or run headless by nbval, still
@@ -336,7 +337,7 @@ def credit_table(
         outcome  A(τ) of `outcome_advantages`, the same on every turn
         gigpo    `gigpo_advantages` with step rewards r_t and each step's anchor (gamma, omega)
         turn     `turn_advantages` with per-turn rewards `turn_rewards(step)` (default
-                 `credit.process_reward`: −0.1 for a malformed action or tool error) (turn_weight, gamma)
+                 `rewards.process_reward`: −0.1 for a malformed action or tool error) (turn_weight, gamma)
         critic   turn-level `gae` on the per-turn rewards plus R(τ) on the last turn, with values
                  V = `values(trajectory)` (one per turn); without a trained value head V = 0, so A_t is the
                  λ-discounted return (gae_gamma, gae_lambda, whiten)
@@ -346,6 +347,7 @@ def credit_table(
     import pandas as pd
 
     from course_lib import credit
+    from course_lib.rewards import process_reward
 
     methods = list(credit.CREDIT_METHODS) if methods is None else list(methods)
     for method in methods:
@@ -354,7 +356,7 @@ def credit_table(
     rows = [(t, k, s) for t in trajectories for k, s in enumerate(t.steps)]
     if not rows:
         raise ValueError("no turns to score: every trajectory is empty")
-    score = turn_rewards or credit.process_reward
+    score = turn_rewards or process_reward
     inputs = credit.CreditInputs.of(
         trajectories, turn_rewards=[[score(s) for s in t.steps] for t in trajectories],
         values=[list(values(t)) if values is not None else [0.0] * t.num_turns for t in trajectories])
@@ -448,100 +450,3 @@ def credit_explorer(groups: TrajectoryGroup | Sequence[TrajectoryGroup], tokeniz
     `turn_rewards`, `values` and the credit options). Display the returned explorer (last line of
     a cell); without a widget frontend it shows every group's table as static HTML."""
     return CreditExplorer(groups, tokenizer, methods=methods, **table_options)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# plots: one colour per method, the same in every notebook
-# ---------------------------------------------------------------------------------------------------------
-
-METHOD_COLORS = {
-    "base": "#7f7f7f",  # grey: the model before any training
-    "sft": "#8c564b",  # brown: the supervised warm start
-    "outcome": "#1f77b4",  # blue
-    "gigpo": "#ff7f0e",  # orange
-    "turn": "#2ca02c",  # green
-    "critic": "#9467bd",  # purple
-    "judge": "#d62728",  # red
-    "trl": "#17becf",  # cyan
-}
-_EXTRA_COLORS = ("#e377c2", "#bcbd22", "#393b79", "#637939", "#843c39", "#7b4173")
-FIGURE_DPI = 90
-
-
-def method_color(name: str) -> str:
-    """The colour of a method: METHOD_COLORS by name ("gigpo (ω=0.5)" counts as "gigpo"), else a fixed
-    colour derived from the name, so it does not change between runs or notebooks."""
-    key = name.lower().split(" ")[0].split("(")[0].strip("_-:")
-    if key in METHOD_COLORS:
-        return METHOD_COLORS[key]
-    return _EXTRA_COLORS[sum(map(ord, name)) % len(_EXTRA_COLORS)]
-
-
-def _axes(ax, figsize: tuple[float, float]):
-    if ax is not None:
-        return ax
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=figsize, dpi=FIGURE_DPI, layout="constrained")[1]
-
-
-def plot_learning_curves(curves: dict[str, Sequence[tuple[float, float, float, float]]], title: str,
-                         ylabel: str = "held-out success", xlabel: str = "training step", *, ax=None,
-                         figsize: tuple[float, float] = (6.0, 3.6)):
-    """One line per method with its interval shaded: curves = {method: [(step, mean, lo, hi), ...]}.
-
-    Colours come from `method_color`, so "outcome" is blue in notebook 05 and in notebook 08; a second curve
-    of the same colour (two variants of one method) takes the first unused extra colour.
-    Returns the matplotlib Axes (end the line with `;` to hide its text repr).
-    """
-    ax = _axes(ax, figsize)
-    used: set[str] = set()
-    for name, points in curves.items():
-        if not points:
-            continue
-        steps, means, los, his = zip(*sorted(points))
-        color = method_color(name)
-        if color in used:  # two variants of one method ("turn (aligned)", "turn (misaligned)"): tell them apart
-            color = next((c for c in _EXTRA_COLORS if c not in used), color)
-        used.add(color)
-        ax.plot(steps, means, marker="o", markersize=3, color=color, label=name)
-        ax.fill_between(steps, los, his, color=color, alpha=0.18, linewidth=0)
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    ax.grid(alpha=0.3)
-    if all(float(p[0]).is_integer() for points in curves.values() for p in points):
-        from matplotlib.ticker import MaxNLocator
-
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 2.5 ticks
-    if curves:
-        ax.legend(frameon=False)
-    return ax
-
-
-def plot_histogram(values: Sequence[float], title: str, xlabel: str, ylabel: str = "count", *,
-                   method: str | None = None, ax=None, figsize: tuple[float, float] = (5.0, 3.2)):
-    """A histogram; integer values (e.g. GiGPO step-group sizes) get one bar per integer."""
-    import numpy as np
-
-    ax = _axes(ax, figsize)
-    values = np.asarray(list(values), dtype=float)
-    bins: Any = "auto"
-    if len(values) and np.all(values == np.round(values)):
-        bins = np.arange(values.min() - 0.5, values.max() + 1.5)
-    ax.hist(values, bins=bins, color=method_color(method) if method else "#4c72b0", edgecolor="white")
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    ax.grid(alpha=0.3, axis="y")
-    return ax
-
-
-def bar_with_ci(labels: Sequence[str], means: Sequence[float], los: Sequence[float], his: Sequence[float],
-                title: str, ylabel: str, *, xlabel: str | None = None, ax=None,
-                figsize: tuple[float, float] = (5.0, 3.2)):
-    """Bars with asymmetric interval whiskers [lo, hi]; bars named after a method take its colour."""
-    ax = _axes(ax, figsize)
-    errors = [[m - lo for m, lo in zip(means, los)], [hi - m for m, hi in zip(means, his)]]
-    ax.bar(list(labels), list(means), yerr=errors, capsize=4, color=[method_color(str(x)) for x in labels])
-    ax.set(title=title, ylabel=ylabel)
-    if xlabel:
-        ax.set_xlabel(xlabel)
-    ax.grid(alpha=0.3, axis="y")
-    return ax

@@ -48,7 +48,7 @@ def make_trajectory(turns: Sequence[Hashable] | Sequence[tuple[Hashable, str]], 
 
     turns: one entry per turn, its anchor state, or (anchor, action kind) with kind "tool_call", "answer" or
     "malformed"; plain anchors are tool calls, the last one an answer. A malformed turn's observation
-    starts with "Error:" (what `credit.process_reward` penalises); the others read "ok".
+    starts with "Error:" (what `rewards.process_reward` penalises); the others read "ok".
     Tokens: `prompt_ids` (loss_mask 0, turn_index −1), then each turn's `action_ids` (loss_mask 1, log-prob
     `logprob`, turn_index k); no observation tokens. The last step is done and carries `reward`, as does the
     trajectory.

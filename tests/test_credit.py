@@ -14,7 +14,6 @@ from course_lib import credit
 from course_lib.credit import (
     CreditInputs,
     CreditResult,
-    ValueHead,
     advantages,
     broadcast_to_tokens,
     discounted_returns,
@@ -22,14 +21,14 @@ from course_lib.credit import (
     gigpo_advantages,
     groups_to_train,
     outcome_advantages,
-    process_reward,
     step_group_ids,
     step_group_sizes,
     to_tokens,
     turn_advantages,
-    value_loss,
 )
+from course_lib.rewards import process_reward
 from course_lib.trajectory import Step
+from course_lib.value_head import ValueHead, value_loss
 
 
 def approx(values, abs=1e-6):

@@ -13,7 +13,6 @@ import pytest
 from conftest import make_trajectory
 
 from course_lib import rewards
-from course_lib.credit import PROCESS_PENALTY
 from course_lib.train.config import RewardConfig
 from course_lib.trajectory import TrajectoryGroup
 
@@ -144,7 +143,7 @@ def test_the_unfinished_rule_overrules_every_source(judge):
 
 def test_turn_reward_rules():
     (_, malformed), _ = _groups()
-    assert rewards.turn_rewards(RewardConfig(), malformed) == ([PROCESS_PENALTY, 0.0], False)
+    assert rewards.turn_rewards(RewardConfig(), malformed) == ([rewards.PROCESS_PENALTY, 0.0], False)
     custom = rewards.turn_rewards(RewardConfig(), malformed, turn_reward_fn=lambda t: [0.3, 0.4])
     assert custom == ([0.3, 0.4], False)
     with pytest.raises(ValueError, match="the turn reward gave 1 values for 2 turns"):

@@ -24,7 +24,6 @@ from course_lib import wilson_interval
 from course_lib.__main__ import _add_config_options, _config_from
 from course_lib.batching import collate, loss_scale, pack_by_length
 from course_lib.checkpoint import find_checkpoint, read_metrics, save_checkpoint
-from course_lib.credit import ValueHead
 from course_lib.envs import load_tasks
 from course_lib.envs.bwrap import bwrap_available
 from course_lib.losses import sft_loss
@@ -36,7 +35,7 @@ from course_lib.train.config import TrainConfig
 from course_lib.train.loop import train
 from course_lib.train.update import update
 from course_lib.trajectory import Trajectory, TrajectoryGroup
-from course_lib.value_head import state_positions
+from course_lib.value_head import ValueHead, state_positions
 
 REPO = Path(__file__).resolve().parents[1]
 

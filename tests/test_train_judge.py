@@ -12,7 +12,6 @@ import torch
 from conftest import TEST_DEVICE
 
 from course_lib.checkpoint import read_metrics
-from course_lib.credit import ValueHead
 from course_lib.envs import load_tasks
 from course_lib.rewards import assign
 from course_lib.rollout import expert_rollout
@@ -21,6 +20,7 @@ from course_lib.train.config import Hooks, TrainConfig, check
 from course_lib.train.critic import turn_values
 from course_lib.train.loop import Run, rl_step, train
 from course_lib.trajectory import TrajectoryGroup
+from course_lib.value_head import ValueHead
 
 
 class FailsOneTrajectory:

@@ -6,13 +6,14 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from course_lib.credit import PROCESS_PENALTY, CreditInputs, advantages, groups_to_train
+from course_lib.credit import CreditInputs, advantages, groups_to_train
 from course_lib.envs import load_tasks
 from course_lib.envs.search_qa import SearchQAEnv
 from course_lib.models import resolve_model_path
 from course_lib.protocol import format_answer, format_tool_call
 from course_lib.rewards import (
     BONUS,
+    PROCESS_PENALTY,
     answer_evidence_turn_rewards,
     evidence_turn_rewards,
     question_echo_turn_rewards,

@@ -4,9 +4,6 @@ controls, the credit table has one row per turn, and the plots carry titles, lab
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 from html.parser import HTMLParser
 
 import matplotlib
@@ -220,38 +217,6 @@ def test_credit_explorer_dropdown_switches_groups(group, trajectories, tok):
     assert static.count("<table") == 2
     with_tokens = viz.credit_explorer(TrajectoryGroup("t", trajectories[0].group_id, trajectories[:1]), tok)
     assert with_tokens.dropdown is None and "turn-action" in with_tokens.output.value
-
-
-def test_plots_have_titles_labels_and_fixed_colours():
-    import matplotlib.colors as mcolors
-    import matplotlib.pyplot as plt
-
-    curves = {"outcome": [(0, 0.2, 0.1, 0.3), (10, 0.5, 0.4, 0.6)], "gigpo": [(0, 0.2, 0.1, 0.3), (10, 0.6, 0.5, 0.7)]}
-    ax = viz.plot_learning_curves(curves, "held-out success, lookup")
-    assert ax.get_title() == "held-out success, lookup" and ax.get_ylabel() == "held-out success"
-    assert ax.get_xlabel() == "training step" and ax.figure.dpi == viz.FIGURE_DPI
-    assert [mcolors.to_hex(line.get_color()) for line in ax.get_lines()] == [viz.METHOD_COLORS["outcome"],
-                                                                              viz.METHOD_COLORS["gigpo"]]
-    assert len(ax.collections) == 2  # one shaded interval per method
-    assert viz.method_color("gigpo (ω=0.5)") == viz.METHOD_COLORS["gigpo"]
-    variants = {"turn (aligned)": curves["outcome"], "turn (misaligned)": curves["gigpo"]}  # one method, two curves
-    colours = [mcolors.to_hex(line.get_color()) for line in viz.plot_learning_curves(variants, "two variants").get_lines()]
-    assert colours[0] == viz.METHOD_COLORS["turn"] and colours[1] in viz._EXTRA_COLORS
-    extra = viz.method_color("my method")  # not a known method: one of the extra colours, the same in every process
-    assert extra in viz._EXTRA_COLORS and extra not in viz.METHOD_COLORS.values()
-    other = subprocess.run([sys.executable, "-c", "from course_lib import viz; print(viz.method_color('my method'))"],
-                           env=dict(os.environ, PYTHONHASHSEED="12345"), capture_output=True, text=True, check=True)
-    assert other.stdout.strip() == extra
-
-    ax = viz.plot_histogram([1, 1, 2, 3, 3, 3], "step-group sizes", "step-group size", method="gigpo")
-    assert [p.get_height() for p in ax.patches] == [2, 1, 3]
-    assert ax.get_xlabel() == "step-group size" and ax.get_ylabel() == "count"
-
-    ax = viz.bar_with_ci(["base", "sft"], [0.1, 0.9], [0.05, 0.8], [0.2, 0.95], "warm start", "success")
-    assert [mcolors.to_hex(p.get_facecolor()) for p in ax.patches] == [viz.METHOD_COLORS["base"],
-                                                                       viz.METHOD_COLORS["sft"]]
-    assert ax.get_title() == "warm start" and ax.get_ylabel() == "success"
-    plt.close("all")
 
 
 def test_views_do_not_change_the_trajectories(trajectories, tok):

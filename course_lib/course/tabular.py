@@ -92,7 +92,7 @@ def path_rewards(
     episode: Episode, task: dict[str, Any], *, by: str = "path", size: float = 0.1
 ) -> list[float]:
     """One path-shaping reward per move: +size if the move brought the agent closer to the goal, −size if
-    farther, 0 if neither (a bump into the wall). (Not `credit.process_rewards`, the trainer's rule for
+    farther, 0 if neither (a bump into the wall). (Not `rewards.process_rewards`, the trainer's rule for
     malformed actions and tool errors: a gridworld move is always well formed.)
 
     by="path": distance = fewest moves around the holes (`distances_to`); aligned with the task, since

@@ -25,7 +25,7 @@ def check_clipped_value_loss(fn: Any) -> Any:
 def _grade_clipped_value_loss(fn) -> str:
     import torch
 
-    from course_lib.credit import value_loss
+    from course_lib.value_head import value_loss
 
     g = torch.Generator().manual_seed(8)
     for clip in (0.2, 0.5):

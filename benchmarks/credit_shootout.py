@@ -50,7 +50,7 @@ from course_lib.models import course_threads, load_policy
 from course_lib.rollout import rollout
 from course_lib.sft import ensure_warm_start
 from course_lib.tasks import filter_tasks
-from course_lib.train.config import TrainConfig
+from course_lib.train.config import RolloutConfig, TrainConfig
 from course_lib.train.loop import train
 from course_lib.warm_starts import WarmStartSizes, course_warm_start
 
@@ -228,7 +228,7 @@ def start_eval(size: str, env: str, warm_path: Path) -> dict:
         t0 = time.perf_counter()
         result = evaluate(str(warm_path), env, n_tasks=preset.eval_tasks, task_filter=ENV_OPTIONS[env]["rl_filter"],
                           max_turns=max_turns_of(preset, env), max_new_tokens=preset.max_new_tokens,
-                          max_context=TrainConfig.max_context)
+                          max_context=RolloutConfig.max_context)
         return {**result, "seconds": time.perf_counter() - t0, "warm_start": warm_path.name}
 
     start = cached_json(env_dir(size, env) / "start_eval.json", compute)

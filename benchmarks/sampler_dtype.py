@@ -8,7 +8,7 @@ the time of an RL step (rollout and update) and held-out success after RL, side 
 The recipe is notebook 05's learning mode: search_qa two-hop questions from the course's search_qa warm
 start, outcome credit, 20 steps of 4 tasks x 4 rollouts, 4 turns of at most 40 new tokens, lr 2e-5, held-out
 greedy success on 40 test questions at steps 0, 10 and 20 (evaluation always runs the fp32 weights). Only
-`TrainConfig.sample_dtype` differs between the two arms; a seed gives both arms the same training tasks and
+`RolloutConfig.sample_dtype` differs between the two arms; a seed gives both arms the same training tasks and
 sampling seed. Each (dtype, seed) is a run directory under runs/sampler_dtype/; a finished one (result.json)
 is skipped, so the script can be stopped and started again. Checkpoints are deleted once a run is finished
 (1.6 GB each). The runs alternate between the arms, so a stopped run still has paired seeds, and the step

@@ -49,7 +49,7 @@ from course_lib.rewards import (
     question_echo_turn_rewards,
 )
 from course_lib.sft import ensure_warm_start
-from course_lib.train.config import TrainConfig
+from course_lib.train.config import RolloutConfig, TrainConfig
 from course_lib.train.loop import train
 from course_lib.warm_starts import WARM_START, mixed_hop_tasks, search_qa_warm_start_options
 
@@ -133,7 +133,7 @@ def start_eval(size: str, warm: Path) -> dict:
     preset = PRESETS[size]
     result = evaluate(str(warm), "search_qa", n_tasks=preset.eval_tasks, task_filter={"hops": 2},
                       max_turns=preset.max_turns, max_new_tokens=preset.max_new_tokens,
-                      max_context=TrainConfig.max_context)
+                      max_context=RolloutConfig.max_context)
     start = {**result, "warm_start": warm.name}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(start))

@@ -66,7 +66,8 @@ _ADD_KEY, _KEYCTL, _USER_KEYRING, _SETPERM, _READ, _ALL = 248, 250, -4, 5, 11, 0
 
 def _put_key(name, data):
     key = _libc.syscall(_ADD_KEY, b"user", name.encode(), data, _ct.c_size_t(len(data)),
-    _ct.c_long(_USER_KEYRING)) if key > 0:  # readable by every user: the next run has another uid
+                        _ct.c_long(_USER_KEYRING))
+    if key > 0:  # readable by every user: the next run has another uid
         _libc.syscall(_KEYCTL, _SETPERM, _ct.c_long(key), _ct.c_ulong(_ALL))
     return key, _ct.get_errno()
 

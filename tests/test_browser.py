@@ -41,9 +41,9 @@ NOTEBOOK_CELLS = [
 
 KERNEL_IDLE = """() => {
     const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-    const kernel = panel && panel.sessionContext && panel.sessionContext.session &&
-    panel.sessionContext.session.kernel; return kernel && kernel.status === "idle" && kernel.connectionStatus
-    === "connected";
+    const session = panel && panel.sessionContext && panel.sessionContext.session;
+    const kernel = session && session.kernel;
+    return kernel && kernel.status === "idle" && kernel.connectionStatus === "connected";
 }"""
 
 

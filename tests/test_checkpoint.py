@@ -230,3 +230,10 @@ def test_hold_outside_the_main_thread_changes_no_handler():
     thread.start()
     thread.join()
     assert seen == [before] and signal.getsignal(signal.SIGINT) is before
+
+
+def test_checkpoints_take_plain_data_not_the_training_config():
+    """A checkpoint stores the config as JSON data: the module never names TrainConfig."""
+    import course_lib.checkpoint
+
+    assert "TrainConfig" not in Path(course_lib.checkpoint.__file__).read_text()

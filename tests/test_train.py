@@ -459,62 +459,6 @@ def test_resume_after_sigkill_loses_and_repeats_no_step(tmp_path):
 # ------------------------------------------------------------------------------------------------------
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """course_lib module -> the course_lib modules it imports anywhere in its source (but in an
-    `if TYPE_CHECKING:` block, which never runs)."""
-    import ast
-
-    root = REPO / "course_lib"
-
-    def name(path: Path) -> str:
-        parts = list(path.relative_to(REPO).with_suffix("").parts)
-        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-    modules = {name(p): p for p in root.rglob("*.py")}
-    graph = {}
-    for module, path in modules.items():
-        found, tree = set(), ast.parse(path.read_text())
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and "TYPE_CHECKING" in ast.unparse(block.test) for n in ast.walk(block)}
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("course_lib"):
-                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-            elif isinstance(node, ast.Import):
-                found |= {a.name for a in node.names}
-        graph[module] = {m for m in found if m in modules and m not in (module, "course_lib")}
-    return graph
-
-
-def test_the_training_modules_keep_their_layers():
-    graph = _import_graph()
-    below = {  # module -> modules it must not import
-        "course_lib.credit": {"course_lib.train", "course_lib.judge", "course_lib.sft", "course_lib.evaluate",
-                              "course_lib.batching", "course_lib.checkpoint", "course_lib.rollout"},
-        "course_lib.batching": {"course_lib.credit", "course_lib.train", "course_lib.sft", "course_lib.checkpoint",
-                                "course_lib.evaluate", "course_lib.judge"},
-        "course_lib.checkpoint": {"course_lib.train", "course_lib.credit", "course_lib.sft", "course_lib.evaluate"},
-        "course_lib.sft": {"course_lib.train", "course_lib.credit", "course_lib.evaluate", "course_lib.judge"},
-        "course_lib.evaluate": {"course_lib.train", "course_lib.credit", "course_lib.judge"},
-        "course_lib.judge": {"course_lib.evaluate", "course_lib.train"},
-    }
-    for module, forbidden in below.items():  # a package stands for its modules too (course_lib.train.loop)
-        found = {m for m in graph[module] for f in forbidden if m == f or m.startswith(f + ".")}
-        assert not found, (module, found)
-    assert "TrainConfig" not in (REPO / "course_lib" / "checkpoint.py").read_text()  # plain data, not the config
-
-    layer = {"course_lib.credit", "course_lib.batching", "course_lib.checkpoint", "course_lib.sft",
-             "course_lib.evaluate", "course_lib.viz", "course_lib.notebook", "course_lib.__main__",
-             *(m for m in graph if m.startswith("course_lib.train"))}
-
-    def reaches(start: str, target: str, seen: set[str]) -> bool:
-        return any(m == target or (m not in seen and not seen.add(m) and reaches(m, target, seen))
-                   for m in graph[start])
-
-    assert not [m for m in layer if reaches(m, m, set())], "an import cycle through a training module"
-
-
 def test_the_command_line_takes_its_defaults_from_the_functions():
     import inspect
 

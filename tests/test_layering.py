@@ -124,7 +124,8 @@ def _judge_modules_but(*allowed: str) -> list[str]:
     ("course_lib.credit", ["course_lib.train", "course_lib.judge", "course_lib.sft",
                            "course_lib.evaluate", "course_lib.checkpoint", "course_lib.rollout"]),
     # batching and the model forward know nothing of advantages or configs
-    ("course_lib.batching", ["course_lib.credit", "course_lib.train", "course_lib.sft", "course_lib.evaluate"]),
+    ("course_lib.batching", ["course_lib.credit", "course_lib.train", "course_lib.sft",
+                             "course_lib.evaluate"]),
     # checkpoints and the metrics file take plain data, not TrainConfig
     ("course_lib.checkpoint", ["course_lib.train", "course_lib.credit", "course_lib.evaluate"]),
     # nothing under the judge imports the trainer, evaluation or the course's own helpers
@@ -134,10 +135,11 @@ def _judge_modules_but(*allowed: str) -> list[str]:
     ("course_lib.judge.answers", _judge_modules_but("errors", "answers")),
     ("course_lib.judge.prompts", _judge_modules_but("errors", "prompts")),
     ("course_lib.judge.backends", _judge_modules_but("errors", "backends")),
-    ("course_lib.judge.scoring", ["course_lib.judge.turns", "course_lib.judge.methods", "course_lib.judge.quality",
-                                  "course_lib.judge.server", "course_lib.judge.warm_start"]),
-    ("course_lib.judge.turns", ["course_lib.judge.methods", "course_lib.judge.quality", "course_lib.judge.server",
-                                "course_lib.judge.warm_start"]),
+    ("course_lib.judge.scoring", ["course_lib.judge.turns", "course_lib.judge.methods",
+                                  "course_lib.judge.quality", "course_lib.judge.server",
+                                  "course_lib.judge.warm_start"]),
+    ("course_lib.judge.turns", ["course_lib.judge.methods", "course_lib.judge.quality",
+                                "course_lib.judge.server", "course_lib.judge.warm_start"]),
     ("course_lib.judge.methods", ["course_lib.judge.quality", "course_lib.judge.server",
                                   "course_lib.judge.warm_start"]),
     # environments never import their task generators
@@ -186,11 +188,13 @@ def test_environment_modules_hold_no_task_generators():
         if name.startswith("course_lib.envs."):
             tree = ast.parse(path.read_text())
             defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-            assert not defined & {"make_tasks", "generate"}, f"{name} defines {defined & {'make_tasks', 'generate'}}"
+            assert not defined & {"make_tasks", "generate"}, (
+                f"{name} defines {defined & {'make_tasks', 'generate'}}")
 
 
 def test_no_module_is_over_the_size_limit():
-    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 

@@ -1,7 +1,8 @@
 """The credit-assignment shoot-out: outcome vs GiGPO vs turn-level vs critic, on one budget, over seeds.
 
     python benchmarks/credit_shootout.py --size cpu              # 2 CPU cores: search_qa, 4 methods x 5 seeds
-    python benchmarks/credit_shootout.py --size cpu --report     # only rewrite the results file from finished runs
+    python benchmarks/credit_shootout.py --size cpu --report     # only rewrite the results file from
+                                                                 # finished runs
     python benchmarks/credit_shootout.py --size gpu              # one GPU
     python benchmarks/credit_shootout.py --size tiny --seeds 0   # smoke size (the test uses it)
 
@@ -54,7 +55,8 @@ from course_lib.train.config import RolloutConfig, TrainConfig
 from course_lib.train.loop import train
 from course_lib.warm_starts import WarmStartSizes, course_warm_start
 
-METHODS = ("outcome", "gigpo", "turn", "critic")  # the credit methods compared (fixed: runs pair up across workers)
+# the credit methods compared (fixed: runs pair up across workers)
+METHODS = ("outcome", "gigpo", "turn", "critic")
 assert set(METHODS) <= set(CREDIT_METHODS), "every compared method is registered in course_lib.credit"
 BASELINE = "outcome"  # every other method is compared with this one, seed by seed
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -69,7 +71,8 @@ class Preset(Sizes):
     tasks_per_step: int  # tasks per step
     group_size: int  # rollouts per task
     max_new_tokens: int  # tokens per model turn
-    eval_tasks: int  # held-out tasks per evaluation (the first ones of the test split that pass the RL filter)
+    # held-out tasks per evaluation (the first ones of the test split that pass the RL filter)
+    eval_tasks: int
     eval_every: int  # evaluation period in steps, and at the last step (step 0 is the shared start_eval)
     warm: WarmStartSizes | None  # the warm start shared by all methods; None: the course's learning-mode one
     envs: tuple[str, ...]  # environments run by default
@@ -82,12 +85,12 @@ PRESETS = {
     "tiny": Preset(steps=1, tasks_per_step=1, group_size=2, max_new_tokens=16, eval_tasks=2, eval_every=1,
                    warm=WarmStartSizes(n_demos=2, steps=1, batch_size=2), envs=("gridworld",), seeds=(0,),
                    max_turns=2),
-    # cpu: `make demo`'s setting, the one known to learn on 2 CPU cores (two-hop search_qa from 0% to 67-82% in
-    # 20 RL steps from the same warm start): half its RL steps, so that 4 methods x 5 seeds fit in 3 hours.
-    # Estimate, not a measurement: about 7 minutes per run on a loaded 2-core machine (10 steps of 16 episodes
-    # of up to 4 turns, two evaluations of 40 greedy episodes; the demo's 20 steps and 3 evaluations took about
-    # 9 minutes on 2 idle cores), so 20 runs take about 140 minutes, plus the warm start, the shared step-0
-    # evaluation and the step-group rollouts (about 10 minutes, once).
+    # cpu: `make demo`'s setting, the one known to learn on 2 CPU cores (two-hop search_qa from 0% to 67-82%
+    # in 20 RL steps from the same warm start): half its RL steps, so that 4 methods x 5 seeds fit in 3
+    # hours. Estimate, not a measurement: about 7 minutes per run on a loaded 2-core machine (10 steps of 16
+    # episodes of up to 4 turns, two evaluations of 40 greedy episodes; the demo's 20 steps and 3 evaluations
+    # took about 9 minutes on 2 idle cores), so 20 runs take about 140 minutes, plus the warm start, the
+    # shared step-0 evaluation and the step-group rollouts (about 10 minutes, once).
     "cpu": Preset(steps=10, tasks_per_step=4, group_size=4, max_new_tokens=40, eval_tasks=40, eval_every=5,
                   warm=None, envs=("search_qa",), seeds=(0, 1, 2, 3, 4)),
     "gpu": Preset(steps=60, tasks_per_step=16, group_size=8, max_new_tokens=64, eval_tasks=200, eval_every=10,
@@ -97,9 +100,10 @@ PRESETS = {
 # Per environment: turn limit; the warm start's task filter (for presets with their own warm-start sizes) and
 # its overrides of course_warm_start (for the others); the RL filter (training and held-out tasks).
 ENV_OPTIONS = {
-    "gridworld": {"max_turns": 6, "warm_filter": {"size": 4}, "course_overrides": {"task_filter": {"size": 4}},
-                  "rl_filter": {"size": 4}},
-    "search_qa": {"max_turns": 4, "warm_filter": {"hops": 1}, "course_overrides": {}, "rl_filter": {"hops": 2}},
+    "gridworld": {"max_turns": 6, "warm_filter": {"size": 4},
+                  "course_overrides": {"task_filter": {"size": 4}}, "rl_filter": {"size": 4}},
+    "search_qa": {"max_turns": 4, "warm_filter": {"hops": 1}, "course_overrides": {},
+                  "rl_filter": {"hops": 2}},
 }
 
 
@@ -146,14 +150,15 @@ def binomial_mde(n_seeds: int, n_tasks: int, *, alpha: float = ALPHA, power: flo
     return float(t_sum * math.sqrt(0.5 / n_tasks) / math.sqrt(n_seeds))
 
 
-def verdict(name_a: str, name_b: str, comparison: dict[str, float], n_tasks: int, *, alpha: float = ALPHA) -> str:
+def verdict(name_a: str, name_b: str, comparison: dict[str, float], n_tasks: int, *,
+            alpha: float = ALPHA) -> str:
     """One honest line: which of the two is better when the paired test resolves it, else the smallest
     difference the run could have detected."""
     c = comparison
     if c["sd_diff"] == 0:
-        return (f"not resolved: every seed gave the same difference ({c['mean_diff']:+.3f}), so the seeds do not "
-                f"measure the noise; with the evaluation's binomial noise at its largest, the run could detect "
-                f"differences of about {binomial_mde(c['n'], n_tasks):.2f} or larger")
+        return (f"not resolved: every seed gave the same difference ({c['mean_diff']:+.3f}), so the seeds "
+                f"do not measure the noise; with the evaluation's binomial noise at its largest, the run "
+                f"could detect differences of about {binomial_mde(c['n'], n_tasks):.2f} or larger")
     if c["p"] < alpha:
         order = ">" if c["mean_diff"] > 0 else "<"
         return f"resolved: {name_a} {order} {name_b} (p={c['p']:.2g})"
@@ -195,7 +200,8 @@ def run_dir_of(size: str, env: str, method: str, seed: int) -> Path:
 
 
 def cached_json(path: Path, compute) -> dict:
-    """json.load(path) when it exists; else compute(), written to path (so reruns and other workers reuse it)."""
+    """json.load(path) when it exists; else compute(), written to path (so reruns and other workers reuse
+    it)."""
     if path.exists():
         return json.loads(path.read_text())
     result = compute()
@@ -212,9 +218,11 @@ def warm_start_of(size: str, env: str) -> Path:
     """The preset's warm start: its own sizes, or (warm=None) the course's learning-mode warm start."""
     preset, opts = PRESETS[size], ENV_OPTIONS[env]
     if preset.warm is not None:
-        return ensure_warm_start(env, task_filter=opts["warm_filter"], progress=False, **preset.warm.options())
+        return ensure_warm_start(env, task_filter=opts["warm_filter"], progress=False,
+                                 **preset.warm.options())
     if fast_mode():
-        raise SystemExit(f"the {size} preset starts from the course's learning-mode warm start; unset COURSE_FAST")
+        raise SystemExit(f"the {size} preset starts from the course's learning-mode warm start; "
+                         "unset COURSE_FAST")
     return course_warm_start(env, progress=False, **opts["course_overrides"])
 
 
@@ -226,7 +234,8 @@ def start_eval(size: str, env: str, warm_path: Path) -> dict:
 
     def compute() -> dict:
         t0 = time.perf_counter()
-        result = evaluate(str(warm_path), env, n_tasks=preset.eval_tasks, task_filter=ENV_OPTIONS[env]["rl_filter"],
+        result = evaluate(str(warm_path), env, n_tasks=preset.eval_tasks,
+                          task_filter=ENV_OPTIONS[env]["rl_filter"],
                           max_turns=max_turns_of(preset, env), max_new_tokens=preset.max_new_tokens,
                           max_context=RolloutConfig.max_context)
         return {**result, "seconds": time.perf_counter() - t0, "warm_start": warm_path.name}
@@ -259,7 +268,8 @@ def step_group_stats(size: str, env: str, warm_path: Path, seed: int = 0) -> dic
 def group_summary(sizes: Sequence[int] | Counter, rows: int) -> dict:
     """Step rows, the share of them in step groups of size >= 2, and the histogram {size: groups}."""
     hist = Counter(sizes) if not isinstance(sizes, Counter) else sizes
-    return {"rows": rows, "fraction_in_groups_ge2": sum(k * v for k, v in hist.items() if k >= 2) / max(1, rows),
+    return {"rows": rows,
+            "fraction_in_groups_ge2": sum(k * v for k, v in hist.items() if k >= 2) / max(1, rows),
             "histogram": {str(k): v for k, v in sorted(hist.items())}}
 
 
@@ -305,8 +315,9 @@ def eval_steps(preset: Preset) -> list[int]:
 
 
 def train_config(size: str, env: str, method: str, seed: int, warm_path: Path) -> TrainConfig:
-    """One run's config. It evaluates only at the end of a call: run_one calls train() up to each evaluation
-    step in turn (resuming from the checkpoint saved there), so no run repeats the shared step-0 evaluation."""
+    """One run's config. It evaluates only at the end of a call: run_one calls train() up to each
+    evaluation step in turn (resuming from the checkpoint saved there), so no run repeats the shared step-0
+    evaluation."""
     preset = PRESETS[size]
     return TrainConfig(env=env, model=str(warm_path), run_dir=str(run_dir_of(size, env, method, seed)),
                        credit=method, steps=preset.steps, tasks_per_step=preset.tasks_per_step,
@@ -314,7 +325,8 @@ def train_config(size: str, env: str, method: str, seed: int, warm_path: Path) -
                        eval_tasks=preset.eval_tasks,
                        rollout=dict(max_turns=max_turns_of(preset, env),
                                     max_new_tokens=preset.max_new_tokens),
-                       checkpoint_every=0, seed=seed, task_filter=ENV_OPTIONS[env]["rl_filter"], progress=False)
+                       checkpoint_every=0, seed=seed, task_filter=ENV_OPTIONS[env]["rl_filter"],
+                       progress=False)
 
 
 def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start: dict) -> dict | None:
@@ -358,7 +370,8 @@ def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start:
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                   if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
@@ -389,7 +402,8 @@ def method_rows(size: str, env: str, methods: list[str], results: list[dict]) ->
     if start_path.exists():
         st = json.loads(start_path.read_text())
         turns = st.get("mean_turns_success")
-        lines.append(f"| {env} | *warm start (step 0)* | - | 0: {st['success']:.3f} | {st['success']:.3f} | - | "
+        lines.append(f"| {env} | *warm start (step 0)* | - | 0: {st['success']:.3f} | {st['success']:.3f} "
+                     "| - | "
                      f"95% Wilson interval [{st['ci_low']:.3f}, {st['ci_high']:.3f}] on {st['n']} tasks | "
                      f"{'-' if turns is None else f'{turns:.2f}'} | - | - | - | - |")
     for m in methods:
@@ -407,7 +421,8 @@ def method_rows(size: str, env: str, methods: list[str], results: list[dict]) ->
         lines.append(f"| {env} | {m} | {len(rs)} | {curve} | {np.mean(finals):.3f} | {sd} | {per_seed} | "
                      f"{f'{np.mean(turns):.2f}' if turns else '-'} | "
                      f"{equal:.2f} | {sum(r['updates'] for r in rs)}/{runs} | "
-                     f"{np.mean([r['seconds'] for r in rs]) / 60:.1f} | {np.mean([r['train_tokens'] for r in rs]):.0f} |")
+                     f"{np.mean([r['seconds'] for r in rs]) / 60:.1f} | "
+                     f"{np.mean([r['train_tokens'] for r in rs]):.0f} |")
     return lines
 
 
@@ -425,12 +440,14 @@ def comparison_rows(size: str, env: str, methods: list[str], results: list[dict]
         if (b == "warm start" and start is None) or not seeds:
             continue
         if len(seeds) < 2:
-            lines.append(f"| {env} | {a} - {b} | {len(seeds)} | - | - | - | - | not tested: one paired seed so far |")
+            lines.append(f"| {env} | {a} - {b} | {len(seeds)} | - | - | - | - | "
+                         "not tested: one paired seed so far |")
             continue
         c = paired_comparison([runs_a[s]["final"] for s in seeds], [runs_b[s]["final"] for s in seeds])
         p = "-" if math.isnan(c["p"]) else f"{c['p']:.2g}"
         mde = "-" if math.isnan(c["mde"]) else f"{c['mde']:.3f}"
-        lines.append(f"| {env} | {a} - {b} | {c['n']} | {c['mean_diff']:+.3f} | [{c['low']:+.3f}, {c['high']:+.3f}] | "
+        lines.append(f"| {env} | {a} - {b} | {c['n']} | {c['mean_diff']:+.3f} | "
+                     f"[{c['low']:+.3f}, {c['high']:+.3f}] | "
                      f"{p} | {mde} | {verdict(a, b, c, n_tasks)} |")
     return lines
 
@@ -442,7 +459,8 @@ def per_task_rows(env: str, methods: list[str], results: list[dict]) -> list[str
     base = by_seed(results, env, BASELINE)
     for m in methods:
         runs = by_seed(results, env, m)
-        seeds = [s for s in sorted(set(runs) & set(base)) if runs[s].get("outcomes") and base[s].get("outcomes")]
+        seeds = [s for s in sorted(set(runs) & set(base))
+                 if runs[s].get("outcomes") and base[s].get("outcomes")]
         if m == BASELINE or not seeds:
             continue
         pairs = [(x, y) for s in seeds for x, y in zip(runs[s]["outcomes"], base[s]["outcomes"])]
@@ -459,7 +477,8 @@ def group_rows(size: str, envs: list[str], results: list[dict]) -> list[str]:
         path = env_dir(size, env) / "group_stats.json"
         if path.exists():
             s = json.loads(path.read_text())
-            lines.append(f"| {env} | warm start, one step's rollouts | {s['rows']} | {s['fraction_in_groups_ge2']:.2f} | "
+            lines.append(f"| {env} | warm start, one step's rollouts | {s['rows']} | "
+                         f"{s['fraction_in_groups_ge2']:.2f} | "
                          f"{', '.join(f'{k}: {v}' for k, v in s['histogram'].items())} |")
         gigpo = [r for r in results if r["env"] == env and r["method"] == "gigpo"]
         if gigpo:
@@ -468,7 +487,8 @@ def group_rows(size: str, envs: list[str], results: list[dict]) -> list[str]:
                 hist.update({int(k): v for k, v in r["step_group_sizes"].items()})
             s = group_summary(hist, sum(r["step_rows"] for r in gigpo))
             lines.append(f"| {env} | gigpo runs, all steps of {len(gigpo)} seeds | {s['rows']} | "
-                         f"{s['fraction_in_groups_ge2']:.2f} | {', '.join(f'{k}: {v}' for k, v in s['histogram'].items())} |")
+                         f"{s['fraction_in_groups_ge2']:.2f} | "
+                         f"{', '.join(f'{k}: {v}' for k, v in s['histogram'].items())} |")
     return lines
 
 
@@ -482,15 +502,16 @@ def header(size: str, results: list[dict]) -> list[str]:
     filters = "; ".join(f"{env}: {ENV_OPTIONS[env]['rl_filter']}, {max_turns_of(p, env)} turns"
                         for env in sorted({r["env"] for r in results}))
     dates = sorted(r["date"] for r in results)
-    seen = sorted({f"{r['machine']}, {r['threads']} torch threads per worker, torch {r['torch']}" for r in results})
+    seen = sorted({f"{r['machine']}, {r['threads']} torch threads per worker, torch {r['torch']}"
+                   for r in results})
     return [f"# Credit-assignment shoot-out ({size} preset)", "",
             f"Machine: {'; '.join(seen)}. Runs finished {dates[0]} to {dates[-1]}; this file written "
             f"{time.strftime('%Y-%m-%d %H:%M')}.",
             f"Budget per run: {p.steps} RL steps x {p.tasks_per_step} tasks x group {p.group_size}, at most "
-            f"{p.max_new_tokens} new tokens per turn, lr {p.lr}; RL and held-out tasks ({filters}); held-out success "
-            f"(greedy, one episode per task) on the first {p.eval_tasks} test tasks at steps "
-            f"{', '.join(map(str, [0] + eval_steps(p)))}. Every run starts from {warm}; step 0 is its evaluation, "
-            "computed once. A seed gives every method the same training tasks at every step.", ""]
+            f"{p.max_new_tokens} new tokens per turn, lr {p.lr}; RL and held-out tasks ({filters}); "
+            f"held-out success (greedy, one episode per task) on the first {p.eval_tasks} test tasks at "
+            f"steps {', '.join(map(str, [0] + eval_steps(p)))}. Every run starts from {warm}; step 0 is its "
+            "evaluation, computed once. A seed gives every method the same training tasks at every step.", ""]
 
 
 def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) -> None:
@@ -499,11 +520,12 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
     methods = [m for m in METHODS if any(r["method"] == m for r in results)]
     lines = header(size, results) + [
         "## Held-out success per method", "",
-        "Final success: mean over seeds, its standard deviation over seeds (the spread of training runs on these "
-        "test tasks; intervals for differences are in the next table), and each seed's value. Equal-reward groups: the share of sampled groups whose rollouts all "
-        "got the same reward (outcome and turn credit skip them; GiGPO keeps those whose step advantages are not "
-        "all zero; the critic trains on all). Updates: optimizer steps taken out of the steps run, over all seeds. "
-        "Turns of successes: the mean number of turns of the successful held-out episodes at the last step "
+        "Final success: mean over seeds, its standard deviation over seeds (the spread of training runs on "
+        "these test tasks; intervals for differences are in the next table), and each seed's value. "
+        "Equal-reward groups: the share of sampled groups whose rollouts all got the same reward (outcome "
+        "and turn credit skip them; GiGPO keeps those whose step advantages are not all zero; the critic "
+        "trains on all). Updates: optimizer steps taken out of the steps run, over all seeds. Turns of "
+        "successes: the mean number of turns of the successful held-out episodes at the last step "
         "(shorter paths to the answer). Wall time and training tokens: means per run.", "",
         "| environment | method | seeds | mean success by step | final success | SD over seeds | per seed | "
         "turns of successes | equal-reward groups | updates | wall time (min) | train tokens |",
@@ -512,27 +534,29 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
         lines += method_rows(size, env, methods, results)
     lines += critic_variant_lines(size, results)
     lines += ["", "## Paired comparisons (by seed, final success)", "",
-              f"Difference a - b over the seeds both have; 95% t-interval of the mean difference; two-sided paired "
-              f"t-test p-value (per comparison, not corrected for the several comparisons); MDE: the smallest true "
-              f"mean difference the test would detect at alpha {ALPHA} with power {POWER}, "
-              "(t_{0.975,n-1} + t_{0.80,n-1}) * sd_diff / sqrt(n), from the observed spread of the differences. "
-              "'b = warm start' tests whether RL changed success at all.", "",
+              f"Difference a - b over the seeds both have; 95% t-interval of the mean difference; two-sided "
+              f"paired t-test p-value (per comparison, not corrected for the several comparisons); MDE: the "
+              f"smallest true mean difference the test would detect at alpha {ALPHA} with power {POWER}, "
+              "(t_{0.975,n-1} + t_{0.80,n-1}) * sd_diff / sqrt(n), from the observed spread of the "
+              "differences. 'b = warm start' tests whether RL changed success at all.", "",
               "| environment | a - b | seeds | mean difference | 95% interval | p | MDE | verdict |",
               "|---|---|---|---|---|---|---|---|"]
     for env in envs:
         lines += comparison_rows(size, env, methods, results)
     lines += ["", "## Per task, pooled over seeds", "",
-              "The final evaluations of a and b on the same seed and the same held-out task, pooled over seeds: how "
-              "often only a succeeded, how often only b did, and the exact two-sided sign test (McNemar) of those "
-              "counts. It treats the pairs as independent, but every seed meets the same tasks, so its p-value is "
-              "optimistic; the verdicts above come from the seed-paired test.", "",
-              "| environment | a - b | seeds | only a succeeded | only b succeeded | sign-test p |", "|---|---|---|---|---|---|"]
+              "The final evaluations of a and b on the same seed and the same held-out task, pooled over "
+              "seeds: how often only a succeeded, how often only b did, and the exact two-sided sign test "
+              "(McNemar) of those counts. It treats the pairs as independent, but every seed meets the same "
+              "tasks, so its p-value is optimistic; the verdicts above come from the seed-paired test.", "",
+              "| environment | a - b | seeds | only a succeeded | only b succeeded | sign-test p |",
+              "|---|---|---|---|---|---|"]
     task_rows = [row for env in envs for row in per_task_rows(env, methods, results)]
     lines += task_rows or ["| - | no method has a seed in common with outcome yet | | | | |"]
     lines += ["", "## GiGPO step groups", "",
-              "How many step rows share their anchor state with another row of the same group. GiGPO's step-level "
-              "advantage is zero for singleton groups.", "",
-              "| environment | rollouts | step rows | fraction in groups of size >= 2 | group-size histogram (size: groups) |",
+              "How many step rows share their anchor state with another row of the same group. GiGPO's "
+              "step-level advantage is zero for singleton groups.", "",
+              "| environment | rollouts | step rows | fraction in groups of size >= 2 "
+              "| group-size histogram (size: groups) |",
               "|---|---|---|---|---|"] + group_rows(size, envs, results)
     out_md.write_text("\n".join(lines) + "\n")
     plot(size, envs, methods, results, out_png)
@@ -540,8 +564,8 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
 
 
 def critic_variant_lines(size: str, results: list[dict]) -> list[str]:
-    """Which critic runs let the value loss's gradient into the policy's layers, read from each run's config.json
-    (a config without `value_trains_backbone` predates the option, when it always did)."""
+    """Which critic runs let the value loss's gradient into the policy's layers, read from each run's
+    config.json (a config without `value_trains_backbone` predates the option, when it always did)."""
     shared = []
     for r in results:
         config_path = run_dir_of(size, r["env"], "critic", r["seed"]) / "config.json"
@@ -552,9 +576,10 @@ def critic_variant_lines(size: str, results: list[dict]) -> list[str]:
                 shared.append(f"{r['env']} seed {r['seed']}")
     if not shared:
         return []
-    return ["", f"Critic runs whose value loss also trained the policy's layers: {', '.join(shared)}. The trainer's "
-            "default changed on 2026-12-02 (`TrainConfig.value_trains_backbone=False`): in notebook 08 such a run "
-            "collapsed, as the value loss's gradient moved the shared layers. These runs measure that older critic."]
+    return ["", f"Critic runs whose value loss also trained the policy's layers: {', '.join(shared)}. "
+            "The trainer's default changed on 2026-12-02 (`TrainConfig.value_trains_backbone=False`): in "
+            "notebook 08 such a run collapsed, as the value loss's gradient moved the shared layers. These "
+            "runs measure that older critic."]
 
 
 TRAIN_KEYS = ("success", "reward", "turns", "equal_reward_groups", "skipped_groups", "advantage_std",
@@ -565,16 +590,19 @@ def write_runs(size: str, results: list[dict], path: Path) -> None:
     """Every finished run as data (the reference runs notebooks plot): its held-out curve, its final per-task
     outcomes and, per training step, TRAIN_KEYS read from the run's metrics.jsonl (when it is still there)."""
     runs = []
-    for r in sorted(results, key=lambda r: (r["env"], METHODS.index(r["method"]) if r["method"] in METHODS else 99,
-                                            r["seed"])):
+    rank = {m: k for k, m in enumerate(METHODS)}
+    for r in sorted(results, key=lambda r: (r["env"], rank.get(r["method"], 99), r["seed"])):
         metrics_path = run_dir_of(size, r["env"], r["method"], r["seed"]) / "metrics.jsonl"
         train_rows = [row for row in read_metrics(metrics_path.parent) if row["kind"] == "train"] \
             if metrics_path.exists() else []
-        runs.append({k: r[k] for k in ("env", "method", "seed", "curve", "final", "outcomes", "mean_turns_success",
-                                        "updates", "steps_run", "seconds", "machine", "threads", "date")}
-                    | {"train": [{"step": row["step"], **{k: row.get(k) for k in TRAIN_KEYS}} for row in train_rows]})
+        runs.append({k: r[k] for k in ("env", "method", "seed", "curve", "final", "outcomes",
+                                        "mean_turns_success", "updates", "steps_run", "seconds", "machine",
+                                        "threads", "date")}
+                    | {"train": [{"step": row["step"], **{k: row.get(k) for k in TRAIN_KEYS}}
+                                 for row in train_rows]})
     head = json.dumps({"preset": size, "budget": asdict(PRESETS[size])})[:-1]
-    path.write_text(head + ', "runs": [\n' + ",\n".join(json.dumps(run) for run in runs) + "\n]}\n")  # a run a line
+    # a run a line
+    path.write_text(head + ', "runs": [\n' + ",\n".join(json.dumps(run) for run in runs) + "\n]}\n")
 
 
 def plot(size: str, envs: list[str], methods: list[str], results: list[dict], path: Path) -> None:
@@ -601,11 +629,13 @@ def plot(size: str, envs: list[str], methods: list[str], results: list[dict], pa
             for row in values:
                 ax.plot(x, row, color=method_color(m), alpha=0.25, lw=0.8)
             bands = [t_interval(col) for col in values.T]
-            ax.plot(x, [b[0] for b in bands], marker="o", lw=2, color=method_color(m), label=f"{m} ({len(rs)} seeds)")
-            ax.fill_between(x, [max(0, b[1]) for b in bands], [min(1, b[2]) for b in bands], color=method_color(m),
-                            alpha=0.15)
+            ax.plot(x, [b[0] for b in bands], marker="o", lw=2, color=method_color(m),
+                    label=f"{m} ({len(rs)} seeds)")
+            ax.fill_between(x, [max(0, b[1]) for b in bands], [min(1, b[2]) for b in bands],
+                            color=method_color(m), alpha=0.15)
         ax.set_xticks(sorted(steps_seen))
-        ax.set_title(f"{env}: held-out success ({size} preset)\nmean over seeds, 95% t-band; thin lines: seeds")
+        ax.set_title(f"{env}: held-out success ({size} preset)\n"
+                     f"mean over seeds, 95% t-band; thin lines: seeds")
         ax.set_xlabel("RL step")
         ax.set_ylabel("held-out success rate")
         ax.set_ylim(-0.02, 1.02)
@@ -621,7 +651,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--envs", nargs="+", choices=list(ENV_OPTIONS), help="default: the preset's")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument("--seeds", nargs="+", type=int, help="default: the preset's")
-    ap.add_argument("--report", action="store_true", help="train nothing: write the results file from finished runs")
+    ap.add_argument("--report", action="store_true",
+                    help="train nothing: write the results file from finished runs")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     # COURSE_THREADS=1 for workers side by side: two 2-thread workers on 2 cores ran one step 4-10x slower
@@ -630,16 +661,17 @@ def main(argv: list[str] | None = None) -> dict:
     preset = PRESETS[args.size]
     for env in [] if args.report else args.envs or preset.envs:
         warm, start = prepare(args.size, env)
-        print(f"{env:<10} warm start {warm.name}: held-out success {start['success']:.3f} on {start['n']} tasks",
-              flush=True)
-        for seed in args.seeds if args.seeds is not None else preset.seeds:  # seed by seed: partial results pair up
+        print(f"{env:<10} warm start {warm.name}: held-out success {start['success']:.3f} "
+              f"on {start['n']} tasks", flush=True)
+        # seed by seed: partial results pair up
+        for seed in args.seeds if args.seeds is not None else preset.seeds:
             for method in args.methods:
                 r = run_one(args.size, env, method, seed, warm, start)
                 if r is None:
                     print(f"{env:<10} {method:<8} seed {seed}: another worker is running it", flush=True)
                     continue
-                print(f"{env:<10} {method:<8} seed {seed}: final success {r['final']:.3f} ({r['seconds']:.0f} s)",
-                      flush=True)
+                print(f"{env:<10} {method:<8} seed {seed}: final success {r['final']:.3f} "
+                      f"({r['seconds']:.0f} s)", flush=True)
     results = finished_results(args.size)
     suffix = "" if args.size == "cpu" else f"_{args.size}"
     out_md, out_png = args.out / f"credit_shootout{suffix}.md", args.out / f"credit_shootout{suffix}.png"

@@ -1,14 +1,18 @@
-"""How well does a judge agree with a verifier? The base embedded judge and the warm-started one, side by side.
+"""How well does a judge agree with a verifier? The base embedded judge and the warm-started one, side
+by side.
 
-    python benchmarks/judge_quality.py                  # 40 groups per env; trains the judge warm start first if needed
+    python benchmarks/judge_quality.py                  # 40 groups per env; trains the judge warm start
+                                                        # first if needed
     COURSE_FAST=1 python benchmarks/judge_quality.py    # the tiny size (tests)
     python benchmarks/judge_quality.py --judge runs/judge_warm_start/judge-<hash>/judge --out results.json
-    python benchmarks/judge_quality.py --base-url http://host:8000/v1 --model Qwen2.5-14B-Instruct   # adds an endpoint
+    python benchmarks/judge_quality.py --base-url http://host:8000/v1 --model Qwen2.5-14B-Instruct
+                                                        # adds an endpoint
 
 Groups (`course_lib.judge.warm_start.labelled_groups`): per task, the expert's demonstration and rollouts of
-a warm-started policy (`policy_warm_start`: the environment's course warm start, temperature 1); a task enters
-when a rollout failed, and its group is the expert, one failed rollout and group_size - 2 more rollouts. So the
-negatives are the policy's own failures, and some positives are the policy's own successes. Environments:
+a warm-started policy (`policy_warm_start`: the environment's course warm start, temperature 1); a task
+enters when a rollout failed, and its group is the expert, one failed rollout and group_size - 2 more
+rollouts. So the negatives are the policy's own failures, and some positives are the policy's own
+successes. Environments:
 
 * `--envs` (default `TRAIN_ENVS`: search_qa, gridworld): the judge warm start trained on their *train* tasks;
   measured on *test* tasks;
@@ -67,18 +71,22 @@ def interval(value: float, ci: tuple[float, float]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--envs", default=",".join(TRAIN_ENVS), help="environments the judge trained on (test tasks)")
-    parser.add_argument("--held-out", default="lookup", help="environments it never trained on (all their tasks)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envs", default=",".join(TRAIN_ENVS),
+                        help="environments the judge trained on (test tasks)")
+    parser.add_argument("--held-out", default="lookup",
+                        help="environments it never trained on (all their tasks)")
     parser.add_argument("--groups", type=int, default=pick(2, 40), help="groups per environment")
     parser.add_argument("--group-size", type=int, default=pick(3, 4))
     parser.add_argument("--samples", type=int, default=pick(2, 4), help="policy rollouts per task")
     parser.add_argument("--max-new-tokens", type=int, default=RolloutConfig.max_new_tokens,
                         help="token limit of one policy turn (default: RL training's)")
     parser.add_argument("--chunk", type=int, default=pick(2, 8), help="tasks rolled out together")
-    parser.add_argument("--policy", default=None, help="one policy for every environment (default: each env's warm start)")
-    parser.add_argument("--judge", default=None, help="the warm-started judge's folder (default: ensure_judge_warm_start()), "
-                        f"a model name ({EMBEDDED}, {', '.join(HUB_MODELS)}), or none")
+    parser.add_argument("--policy", default=None,
+                        help="one policy for every environment (default: each env's warm start)")
+    parser.add_argument("--judge", default=None,
+                        help="the warm-started judge's folder (default: ensure_judge_warm_start()), "
+                             f"a model name ({EMBEDDED}, {', '.join(HUB_MODELS)}), or none")
     parser.add_argument("--no-base", action="store_true", help="leave out the base embedded judge")
     parser.add_argument("--base-url", default=None, help="an OpenAI-compatible judge endpoint to add")
     parser.add_argument("--model", default=None, help="the model name at --base-url")
@@ -90,13 +98,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def benchmark_groups(env: str, split: str, args: argparse.Namespace) -> list:
     """The groups of one environment, cached under runs/judge_quality/ by their options (a rerun, or one after
     Ctrl+C, rolls out only what is missing)."""
-    options = {"env": env, "split": split, "groups": args.groups, "group_size": args.group_size, "samples": args.samples,
-               "max_new_tokens": args.max_new_tokens, "chunk": args.chunk, "policy": args.policy, "seed": args.seed,
+    options = {"env": env, "split": split, "groups": args.groups, "group_size": args.group_size,
+               "samples": args.samples, "max_new_tokens": args.max_new_tokens, "chunk": args.chunk,
+               "policy": args.policy, "seed": args.seed,
                "fast": os.environ.get("COURSE_FAST", ""), "format": FORMAT, "rollout_turns": ROLLOUT_TURNS,
                "default_turns": DEFAULT_TURNS, "light_warm_start": [LIGHT_WARM_START, LIGHT_WARM_START_ENVS]}
     key = hashlib.sha1(json.dumps(options, sort_keys=True).encode()).hexdigest()[:10]
     return labelled_groups(env, args.groups, split=split, policy=args.policy, group_size=args.group_size,
-                           samples=args.samples, max_new_tokens=args.max_new_tokens, seed=args.seed, chunk=args.chunk,
+                           samples=args.samples, max_new_tokens=args.max_new_tokens,
+                           seed=args.seed, chunk=args.chunk,
                            cache=runs_dir() / "judge_quality" / f"groups-{env}-{split}-{key}.jsonl")
 
 
@@ -106,19 +116,22 @@ def check_judge(args: argparse.Namespace, held_out: list[str]) -> None:
     TRAIN_ENVS)."""
     path = args.judge
     if path not in (None, "none", EMBEDDED, *HUB_MODELS) and not (Path(path) / "config.json").exists():
-        raise SystemExit(f"--judge {path}: no judge there ({Path(path) / 'config.json'} does not exist). Give the folder "
-                         "a judge warm start wrote (runs/judge_warm_start/judge-<hash>/judge), a model name, or none.")
+        raise SystemExit(f"--judge {path}: no judge there ({Path(path) / 'config.json'} does not exist). "
+                         "Give the folder a judge warm start wrote "
+                         "(runs/judge_warm_start/judge-<hash>/judge), a model name, or none.")
     trained = list(TRAIN_ENVS) if path is None else []
     record = Path(path) / "judge_warm_start.json" if path not in (None, "none") else None
     if record and record.exists():
         trained = json.loads(record.read_text()).get("envs", [])
     if overlap := sorted(set(trained) & set(held_out)):
-        raise SystemExit(f"--held-out {','.join(overlap)}: the judge trained on {'them' if len(overlap) > 1 else 'it'} "
+        raise SystemExit(f"--held-out {','.join(overlap)}: the judge trained on "
+                         f"{'them' if len(overlap) > 1 else 'it'} "
                          f"(its envs: {', '.join(trained)}); it is not held out. Pick another --held-out.")
 
 
 def judges(args: argparse.Namespace) -> list[tuple[str, object]]:
-    """(label, backend) of every judge compared: the base embedded model, the warm-started judge, an endpoint."""
+    """(label, backend) of every judge compared: the base embedded model, the warm-started judge, an
+    endpoint."""
     path = args.judge or str(ensure_judge_warm_start())  # first: training it needs the memory alone
     out = [] if args.no_base else [("base", LocalJudge())]
     if path != "none":
@@ -138,7 +151,8 @@ def table_row(env: str, split: str, label: str, mixed: int, r: dict) -> str:
     """One printed row: the counts, then each measure with its interval."""
     return (f"{env:12} {split:5} {label:12} {r['groups']:6d} {mixed:5d} {r['mean_verifier_reward']:6.2f} "
             f"{interval(r['pairwise_accuracy'], r['pairwise_accuracy_ci']):>18} {r['pairs']:5d} "
-            f"{interval(r['policy_pairwise_accuracy'], r['policy_pairwise_accuracy_ci']):>18} {r['policy_pairs']:5d} "
+            f"{interval(r['policy_pairwise_accuracy'], r['policy_pairwise_accuracy_ci']):>18} "
+            f"{r['policy_pairs']:5d} "
             f"{interval(r['kendall_tau'], r['kendall_tau_ci']):>19} "
             f"{interval(r['position_bias_rate'], r['position_bias_rate_ci']):>18} "
             f"{interval(r['position_shift'], r['position_shift_ci']):>18} "
@@ -152,14 +166,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     check_judge(args, held_out)
     envs = [(e, "test") for e in args.envs.split(",") if e] + [(e, "all") for e in held_out]
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch threads "
-          f"{torch.get_num_threads()}, cuda={torch.cuda.is_available()}; seed {args.seed}; {args.groups} groups per env "
-          f"of {args.group_size} (1 expert, 1 failed rollout, {args.group_size - 2} more rollouts); each read in 2 orders")
+          f"{torch.get_num_threads()}, cuda={torch.cuda.is_available()}; seed {args.seed}; "
+          f"{args.groups} groups per env of {args.group_size} (1 expert, 1 failed rollout, "
+          f"{args.group_size - 2} more rollouts); each read in 2 orders")
     groups = {env: benchmark_groups(env, split, args) for env, split in envs}
     for env, g in groups.items():
-        print(f"{env}: {truncated_share(g):.0%} of the trajectories have a turn cut at {args.max_new_tokens} tokens")
+        print(f"{env}: {truncated_share(g):.0%} of the trajectories have a turn cut at "
+              f"{args.max_new_tokens} tokens")
     compared = judges(args)
-    header = (f"{'env':12} {'tasks':5} {'judge':12} {'groups':>6} {'mixed':>5} {'reward':>6} {'pairwise accuracy':>18} "
-              f"{'pairs':>5} {'policy-only acc.':>18} {'pairs':>5} {'Kendall tau-b':>19} {'position bias':>18} "
+    header = (f"{'env':12} {'tasks':5} {'judge':12} {'groups':>6} {'mixed':>5} {'reward':>6} "
+              f"{'pairwise accuracy':>18} {'pairs':>5} {'policy-only acc.':>18} {'pairs':>5} "
+              f"{'Kendall tau-b':>19} {'position bias':>18} "
               f"{'position shift':>18} {'failure rate':>18}")
     print(header)
     print("-" * len(header))
@@ -167,8 +184,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for env, split in envs:
         mixed = sum(len({t.reward for t in g}) > 1 for g in groups[env])
         for label, judge in compared:
-            r = judge_agreement(env, judge, len(groups[env]), method="group", group_size=args.group_size, n_expert=1,
-                                groups=groups[env], seed=args.seed, max_retries=0)
+            r = judge_agreement(env, judge, len(groups[env]), method="group", group_size=args.group_size,
+                                n_expert=1, groups=groups[env], seed=args.seed, max_retries=0)
             print(table_row(env, split, label, mixed, r), flush=True)
             if r["last_errors"]:
                 print(f"{'':12} last judge error: {r['last_errors'][-1][:100]}")

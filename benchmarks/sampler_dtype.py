@@ -1,7 +1,8 @@
 """Sampling from a bf16 copy of the policy against sampling from its fp32 weights, on notebook 05's recipe:
 the time of an RL step (rollout and update) and held-out success after RL, side by side over seeds.
 
-    python benchmarks/sampler_dtype.py                      # 3 seeds x {float32, bfloat16}, learning-mode recipe
+    python benchmarks/sampler_dtype.py                      # 3 seeds x {float32, bfloat16}, learning-mode
+                                                            # recipe
     python benchmarks/sampler_dtype.py --report             # only the table, from the finished runs
     python benchmarks/sampler_dtype.py --seeds 0 --steps 2 --eval-tasks 4   # smoke size
 
@@ -57,7 +58,8 @@ def run_one(dtype: str, seed: int, args, root: Path, checkpoint: Path) -> dict:
               "update_s": statistics.mean(r.get("seconds_update", 0.0) for r in steps),  # 0: update skipped
               "generate_tokens_per_s": statistics.mean(r["generate_tokens_per_s"] for r in steps),
               "train_success": [r["success"] for r in steps],
-              "eval": {step: [e["success"], e["ci_low"], e["ci_high"], e["n"]] for step, e in sorted(evals.items())},
+              "eval": {step: [e["success"], e["ci_low"], e["ci_high"], e["n"]]
+                       for step, e in sorted(evals.items())},
               "final_success": out["eval"]["success"]}
     if "sampler_logprob_gap" in steps[-1]:
         result["sampler_logprob_gap"] = statistics.mean(r.get("sampler_logprob_gap", 0.0) for r in steps)
@@ -67,9 +69,11 @@ def run_one(dtype: str, seed: int, args, root: Path, checkpoint: Path) -> dict:
 
 
 def report(results: list[dict]) -> str:
-    """Per arm: step time (rollout + update) and held-out success per seed; bf16 against fp32, paired by seed."""
+    """Per arm: step time (rollout + update) and held-out success per seed; bf16 against fp32, paired by
+    seed."""
     lines = ["| sampler | seeds | rollout s / step | update s / step | step s | generated tokens/s | "
-             "held-out success at the last step, per seed | mean |", "|---|---:|---:|---:|---:|---:|---|---:|"]
+             "held-out success at the last step, per seed | mean |",
+             "|---|---:|---:|---:|---:|---:|---|---:|"]
     by = {d: sorted((r for r in results if r["dtype"] == d), key=lambda r: r["seed"]) for d in DTYPES}
     for dtype, rs in by.items():
         if not rs:
@@ -83,7 +87,8 @@ def report(results: list[dict]) -> str:
                      f"{statistics.mean(r['final_success'] for r in rs):.3f} |")
     paired = [(a, b) for a in by["float32"] for b in by["bfloat16"] if a["seed"] == b["seed"]]
     if paired:
-        ratio = statistics.mean((b["rollout_s"] + b["update_s"]) / (a["rollout_s"] + a["update_s"]) for a, b in paired)
+        ratio = statistics.mean((b["rollout_s"] + b["update_s"]) / (a["rollout_s"] + a["update_s"])
+                                for a, b in paired)
         rollout = statistics.mean(b["rollout_s"] / a["rollout_s"] for a, b in paired)
         diffs = [b["final_success"] - a["final_success"] for a, b in paired]
         lines += ["", f"bf16 / fp32, paired by seed ({len(paired)}): RL step time {ratio:.2f}x, rollout time "
@@ -111,8 +116,8 @@ def main() -> None:
             for dtype in DTYPES:
                 print(f"{dtype}, seed {seed} ...", flush=True)
                 results.append(r := run_one(dtype, seed, args, root, checkpoint))
-                print(f"  rollout {r['rollout_s']:.1f} s + update {r['update_s']:.1f} s per step; held-out success "
-                      f"{r['final_success']:.3f}", flush=True)
+                print(f"  rollout {r['rollout_s']:.1f} s + update {r['update_s']:.1f} s per step; "
+                      f"held-out success {r['final_success']:.3f}", flush=True)
     table = report(results)
     print(f"\n{torch.get_num_threads()} threads, torch {torch.__version__}\n{table}")
     if args.md:

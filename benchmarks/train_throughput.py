@@ -4,7 +4,8 @@ Prints, per dtype: training tokens/s (forward + backward + AdamW over length-buc
 the padding fraction of the micro-batches, and the achieved FLOP/s as a fraction of a matmul peak
 measured here, in the same dtype, with a large torch.matmul. FLOPs counted are those done: 6 per
 parameter per token for a forward and backward pass through the body of the model, and through the
-output layer only for the positions that predict a model token (the update skips the others). Targets on CPU: >= 50% of the bf16 matmul peak, padding < 10%.
+output layer only for the positions that predict a model token (the update skips the others). Targets on
+CPU: >= 50% of the bf16 matmul peak, padding < 10%.
 
 On CPU it then profiles one bf16 update and prints the time spent in the matrix products alone: the
 fraction of peak the run would reach if everything else (attention softmax, norms, casts, AdamW)
@@ -93,11 +94,13 @@ def matmul_seconds(model, demos, advantages, config: TrainConfig, autocast_dtype
 
 
 def random_advantages(demos) -> list[torch.Tensor]:
-    """Random per-token advantages on the model's tokens, 0 elsewhere (the update's cost does not depend on them)."""
+    """Random per-token advantages on the model's tokens, 0 elsewhere (the update's cost does not depend on
+    them)."""
     return [torch.randn(len(d.token_ids)) * torch.tensor(d.loss_mask, dtype=torch.float32) for d in demos]
 
 
-def measure(model, tokenizer, demos, *, bf16: bool, token_budget: int, repeats: int, device: torch.device) -> dict:
+def measure(model, tokenizer, demos, *, bf16: bool, token_budget: int, repeats: int,
+            device: torch.device) -> dict:
     config = TrainConfig(optim=dict(token_budget=token_budget, bf16_autocast=bf16, lr=1e-7))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr)
     advantages = random_advantages(demos)
@@ -143,22 +146,25 @@ def main() -> None:
         r = measure(model, tokenizer, demos, bf16=bf16, token_budget=args.token_budget, repeats=args.repeats,
                     device=device)
         # FLOPs actually done: 6 per parameter per token through the body, and through the output layer
-        # only for the positions that predict a model token (course_lib.batching.forward_logprobs skips the rest).
+        # only for the positions that predict a model token (course_lib.batching.forward_logprobs skips the
+        # rest).
         flops = 6 * (body_params * r["train_tokens"] + head_params * scored)
         achieved = flops / r["seconds_update"]
         results[name] = (achieved / peak, r["padding_fraction"], flops, peak)
         print(f"{name:<16}{r['tokens_per_s']:>10.0f}{100 * r['padding_fraction']:>9.1f}%"
               f"{achieved / 1e9:>10.1f} GF/s{peak / 1e9:>10.1f} GF/s{100 * achieved / peak:>8.1f}%")
     frac, padding, flops, peak = results["bf16 autocast"]
-    print(f"target >= 50% of the bf16 matmul peak: {'met' if frac >= 0.5 else 'NOT met'} ({100 * frac:.0f}%); "
-          f"padding < 10%: {'met' if padding < 0.1 else 'NOT met'} ({100 * padding:.1f}%)")
+    print(f"target >= 50% of the bf16 matmul peak: {'met' if frac >= 0.5 else 'NOT met'} "
+          f"({100 * frac:.0f}%); padding < 10%: {'met' if padding < 0.1 else 'NOT met'} "
+          f"({100 * padding:.1f}%)")
     if device.type == "cpu":
         config = TrainConfig(optim=dict(token_budget=args.token_budget, bf16_autocast=True, lr=1e-7))
         mm, total = matmul_seconds(model, demos, random_advantages(demos), config, torch.bfloat16)
         print(f"profiled bf16 update: {mm:.1f} s of {total:.1f} s in matrix products (mm, bmm); "
               f"with no time outside them it would reach {100 * flops / mm / peak:.0f}% of the bf16 peak")
         speeds = linear_product_speeds(model, args.token_budget, torch.bfloat16)
-        print(f"the block's linear products alone, bf16, {args.token_budget} rows, as a share of the bf16 peak: "
+        print(f"the block's linear products alone, bf16, {args.token_budget} rows, "
+              "as a share of the bf16 peak: "
               + ", ".join(f"{kind} {100 * speed / peak:.0f}%" for kind, speed in speeds.items()))
 
 

@@ -1,16 +1,18 @@
 """Reference runs for notebook 07: outcome credit vs turn-level credit with an aligned and a misaligned turn
 reward, where success is rare, repeated over seeds.
 
-    python benchmarks/turn_reward_runs.py                       # the notebook's runs (size "notebook"), 5 seeds
+    python benchmarks/turn_reward_runs.py                       # the notebook's runs (size "notebook"),
+                                                                # 5 seeds
     python benchmarks/turn_reward_runs.py --size long           # twice the steps, evaluated every 4
     python benchmarks/turn_reward_runs.py --seeds 0 1           # some seeds; run again later for more
     python benchmarks/turn_reward_runs.py --report              # only rewrite the results file
     COURSE_FAST=1 python benchmarks/turn_reward_runs.py --size tiny --seeds 0   # smoke size (seconds per run)
 
-The first three arms are the runs of notebook 07: `outcome`; `turn_dense, evidence (aligned)` (credit "turn_dense",
-`course_lib.rewards.evidence_turn_rewards`); `turn_dense, echo (misaligned)` (`question_echo_turn_rewards`); a
-fourth, `turn_dense, answer evidence (aligned)` (`answer_evidence_turn_rewards`), is the candidate to replace the
-first aligned one. They start from the notebook's sparse warm start (28 one-hop + 4 two-hop demonstrations, the small recipe of
+The first three arms are the runs of notebook 07: `outcome`; `turn_dense, evidence (aligned)` (credit
+"turn_dense", `course_lib.rewards.evidence_turn_rewards`); `turn_dense, echo (misaligned)`
+(`question_echo_turn_rewards`); a fourth, `turn_dense, answer evidence (aligned)`
+(`answer_evidence_turn_rewards`), is the candidate to replace the first aligned one. They start from the
+notebook's sparse warm start (28 one-hop + 4 two-hop demonstrations, the small recipe of
 `WARM_START["fast"]`), train on two-hop search_qa and are evaluated greedily on the first held-out two-hop
 questions. A seed gives every arm the same tasks at every step. The warm start's evaluation (step 0) is
 computed once per size.
@@ -20,7 +22,8 @@ skipped, and an interrupted one resumes from its checkpoint, so the script can b
 Writes benchmarks/results/turn_reward_runs[_<size>].json (no weights): every finished run's held-out curve,
 per-question outcomes and per-step training statistics, the machine, and the comparisons of each turn arm
 with outcome at every evaluation step: paired over seeds (t-test, with the smallest difference the seeds
-could detect) and over (seed, question) pairs (exact McNemar; optimistic, as the questions repeat across seeds).
+could detect) and over (seed, question) pairs (exact McNemar; optimistic, as the questions repeat across
+seeds).
 Notebook 07 plots this file as its reference runs.
 """
 
@@ -113,7 +116,8 @@ def warm_start_of(preset: Preset) -> Path:
 
 def config_of(size: str, arm: str, seed: int, warm: Path) -> TrainConfig:
     preset = PRESETS[size]
-    return TrainConfig(env="search_qa", model=str(warm), run_dir=str(run_dir_of(size, arm, seed)), credit=ARMS[arm][0],
+    return TrainConfig(env="search_qa", model=str(warm), run_dir=str(run_dir_of(size, arm, seed)),
+                       credit=ARMS[arm][0],
                        steps=preset.steps, tasks_per_step=preset.tasks_per_step, group_size=preset.group_size,
                        rollout=dict(max_turns=preset.max_turns, max_new_tokens=preset.max_new_tokens),
                        task_filter={"hops": 2}, optim=dict(lr=preset.lr),
@@ -127,8 +131,8 @@ def start_eval(size: str, warm: Path) -> dict:
     if path.exists():
         start = json.loads(path.read_text())
         if start["warm_start"] != warm.name:
-            raise SystemExit(f"{size_dir(size)} holds runs from warm start {start['warm_start']}, not {warm.name}: "
-                             "move that folder away to start afresh")
+            raise SystemExit(f"{size_dir(size)} holds runs from warm start {start['warm_start']}, "
+                             f"not {warm.name}: move that folder away to start afresh")
         return start
     preset = PRESETS[size]
     result = evaluate(str(warm), "search_qa", n_tasks=preset.eval_tasks, task_filter={"hops": 2},
@@ -155,7 +159,8 @@ def run_one(size: str, arm: str, seed: int, warm: Path) -> dict:
     keys = ("success", "turns", "equal_reward_groups", "skipped_groups", "skipped_update")
     result = {"arm": arm, "seed": seed, "curve": [(r["step"], r["success"]) for r in evals],
               "outcomes": {str(r["step"]): r["outcomes"] for r in evals},
-              "train": [{"step": r["step"], **{k: r.get(k) for k in keys}} for r in rows if r["kind"] == "train"],
+              "train": [{"step": r["step"], **{k: r.get(k) for k in keys}}
+                        for r in rows if r["kind"] == "train"],
               "seconds": time.perf_counter() - t0, "threads": torch.get_num_threads()}
     result_path.write_text(json.dumps(result))
     shutil.rmtree(Path(config.run_dir) / "checkpoint", ignore_errors=True)  # ~1.6 GB with the optimizer state
@@ -192,9 +197,11 @@ def comparisons(results: list[dict], start: dict) -> list[str]:
                     f"{sum(mine) / len(mine):.3f} vs {sum(base) / len(base):.3f}")
             if len(seeds) >= 2:
                 c = paired_comparison(mine, base)
-                line += (f"; paired by seed: difference {c['mean_diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}], "
+                line += (f"; paired by seed: difference {c['mean_diff']:+.3f} "
+                         f"[{c['low']:+.3f}, {c['high']:+.3f}], "
                          f"p {c['p']:.2g}, smallest detectable {c['mde']:.3f}")
-            line += f"; per (seed, question): {pooled[0]} only {arm} right, {pooled[1]} only {BASELINE}, p {pooled[2]:.2g}"
+            line += (f"; per (seed, question): {pooled[0]} only {arm} right, {pooled[1]} only {BASELINE}, "
+                     f"p {pooled[2]:.2g}")
             lines.append(line)
     return lines
 
@@ -205,8 +212,10 @@ def report(size: str) -> Path:
     start = json.loads((size_dir(size) / "start_eval.json").read_text())
     for r in results:
         r["curve"] = [(0, start["success"])] + [tuple(p) for p in r["curve"]]
-    out = {"size": size, "preset": asdict(PRESETS[size]), "arms": [a for a in ARMS if any(r["arm"] == a for r in results)],
-           "warm_start": start["warm_start"], "start_eval": {k: start[k] for k in ("success", "n", "outcomes")},
+    out = {"size": size, "preset": asdict(PRESETS[size]),
+           "arms": [a for a in ARMS if any(r["arm"] == a for r in results)],
+           "warm_start": start["warm_start"],
+           "start_eval": {k: start[k] for k in ("success", "n", "outcomes")},
            "machine": machine(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M"),
            "comparisons": comparisons(results, start), "runs": results}
     path = RESULTS / f"turn_reward_runs{'' if size == 'notebook' else '_' + size}.json"
@@ -219,14 +228,16 @@ def main() -> None:
     parser.add_argument("--size", choices=PRESETS, default="notebook")
     parser.add_argument("--seeds", type=int, nargs="+", help="default: the preset's")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    parser.add_argument("--report", action="store_true", help="only rewrite the results file from finished runs")
+    parser.add_argument("--report", action="store_true",
+                        help="only rewrite the results file from finished runs")
     args = parser.parse_args()
     torch.set_num_threads(course_threads())
     preset = PRESETS[args.size]
     if not args.report:
         warm = warm_start_of(preset)
         start = start_eval(args.size, warm)
-        print(f"warm start {warm.name}: held-out success {start['success']:.3f} on {start['n']} two-hop questions")
+        print(f"warm start {warm.name}: held-out success {start['success']:.3f} on {start['n']} "
+              f"two-hop questions")
         for seed in args.seeds or preset.seeds:
             for arm in args.arms:
                 r = run_one(args.size, arm, seed, warm)

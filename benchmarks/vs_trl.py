@@ -81,9 +81,9 @@ def run_ours(a, model_path: str, test_tasks: list[dict]) -> dict:
 
 
 def _run_ours(a, model_path: str, test_tasks: list[dict], run_dir: str) -> dict:
-    config = TrainConfig(env=a.env, model=model_path, run_dir=run_dir, steps=a.steps, tasks_per_step=a.tasks_per_step,
-                         group_size=a.group_size, eval_every=0, eval_tasks=len(test_tasks),
-                         checkpoint_every=0, progress=False, seed=a.seed,
+    config = TrainConfig(env=a.env, model=model_path, run_dir=run_dir, steps=a.steps,
+                         tasks_per_step=a.tasks_per_step, group_size=a.group_size, eval_every=0,
+                         eval_tasks=len(test_tasks), checkpoint_every=0, progress=False, seed=a.seed,
                          rollout=dict(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
                                       temperature=1.0),
                          optim=dict(lr=a.lr, loss_type="dapo", beta=0.0, bf16_autocast=a.bf16_autocast,
@@ -103,7 +103,8 @@ def _run_ours(a, model_path: str, test_tasks: list[dict], run_dir: str) -> dict:
         "rollout_s_per_step": rollout_s / len(rows),
         "update_s_per_step": update_s / len(rows),
         # all steps' tokens over all their generation time, as for TRL below (not a mean of per-step rates)
-        "generated_tokens_per_s": sum(r["generated_tokens"] for r in rows) / sum(r["seconds_generate"] for r in rows),
+        "generated_tokens_per_s": (sum(r["generated_tokens"] for r in rows)
+                                   / sum(r["seconds_generate"] for r in rows)),
         "training_tokens_per_s": trained / update_s if update_s else float("nan"),
         "trained_tokens_per_step": trained / len(rows),
         "updates_skipped": sum(bool(r.get("skipped_update")) for r in rows),
@@ -133,12 +134,14 @@ def _run_trl(a, model_path: str, test_tasks: list[dict], output_dir: str) -> dic
             self.seconds.append(time.perf_counter() - self.t0)
 
     args = grpo_config(output_dir, steps=a.steps, num_generations=a.group_size,
-                       batch_size=a.tasks_per_step * a.group_size, max_completion_length=a.max_turns * a.max_new_tokens,
+                       batch_size=a.tasks_per_step * a.group_size,
+                       max_completion_length=a.max_turns * a.max_new_tokens,
                        learning_rate=a.lr, seed=a.seed, max_turns=a.max_turns)
     dataset = task_dataset(a.env, "train")
     with PeakMemory() as memory:
         trainer, rollout_func = build_trainer(a.env, "rollout_func", model=model_path, args=args,
-                                              max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, dataset=dataset)
+                                              max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
+                                              dataset=dataset)
         timer = StepTimer()
         trainer.add_callback(timer)
         rollout_seconds, trained_tokens = [], []
@@ -148,7 +151,8 @@ def _run_trl(a, model_path: str, test_tasks: list[dict], output_dir: str) -> dic
             t0 = time.perf_counter()
             out = inner(prompts, trainer)
             rollout_seconds.append(time.perf_counter() - t0)
-            trained_tokens.append(sum(len(p) + len(c) for p, c in zip(out["prompt_ids"], out["completion_ids"])))
+            trained_tokens.append(sum(len(p) + len(c)
+                                      for p, c in zip(out["prompt_ids"], out["completion_ids"])))
             return out
 
         trainer.rollout_func = timed_rollout
@@ -159,8 +163,8 @@ def _run_trl(a, model_path: str, test_tasks: list[dict], output_dir: str) -> dic
     stats = rollout_func.stats
     model = trainer.model
     model.eval()
-    success = evaluate(model, a.env, tokenizer=trainer.processing_class, tasks=test_tasks, max_turns=a.max_turns,
-                       max_new_tokens=a.max_new_tokens)["success"]
+    success = evaluate(model, a.env, tokenizer=trainer.processing_class, tasks=test_tasks,
+                       max_turns=a.max_turns, max_new_tokens=a.max_new_tokens)["success"]
     rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]
     return {
         "seconds_per_step": step_s / steps,
@@ -177,10 +181,13 @@ def _run_trl(a, model_path: str, test_tasks: list[dict], output_dir: str) -> dic
     }
 
 
-ROWS = [("seconds_per_step", "seconds / step", "{:.1f}"), ("rollout_s_per_step", "  rollout s / step", "{:.1f}"),
-        ("update_s_per_step", "  update s / step", "{:.1f}"), ("generated_tokens_per_s", "generated tokens / s", "{:.1f}"),
+ROWS = [("seconds_per_step", "seconds / step", "{:.1f}"),
+        ("rollout_s_per_step", "  rollout s / step", "{:.1f}"),
+        ("update_s_per_step", "  update s / step", "{:.1f}"),
+        ("generated_tokens_per_s", "generated tokens / s", "{:.1f}"),
         ("training_tokens_per_s", "training tokens / s", "{:.0f}"),
-        ("trained_tokens_per_step", "tokens trained / step", "{:.0f}"), ("updates_skipped", "updates skipped", "{}"),
+        ("trained_tokens_per_step", "tokens trained / step", "{:.0f}"),
+        ("updates_skipped", "updates skipped", "{}"),
         ("peak_memory_mb", "peak memory (MB)", "{:.0f}"), ("reward_last_step", "reward, last step", "{:.2f}"),
         ("heldout_success", "held-out greedy success", "{:.2f}")]
 
@@ -204,22 +211,25 @@ def explain(ours: dict, trl: dict) -> list[str]:
                  "update": ours["update_s_per_step"] - trl["update_s_per_step"]}
         worst = max(parts, key=parts.get)
         notes.append(f"ours is slower per step by {gap:.1f} s, mostly in the {worst} "
-                     f"({parts[worst]:+.1f} s/step; rollout {parts['rollout']:+.1f}, update {parts['update']:+.1f})")
+                     f"({parts[worst]:+.1f} s/step; rollout {parts['rollout']:+.1f}, "
+                     f"update {parts['update']:+.1f})")
     if ours["updates_skipped"]:
         notes.append(f"ours skipped {ours['updates_skipped']} update(s) where every group had equal rewards "
                      "(zero advantage, no gradient); TRL runs the forward/backward anyway")
     if ours["trained_tokens_per_step"] < trl["trained_tokens_per_step"]:
-        notes.append("ours trains fewer tokens per step: groups with equal rewards are dropped before the update")
+        notes.append("ours trains fewer tokens per step: groups with equal rewards are dropped before the "
+                     "update")
     notes.append("generation is the same engine in both (TRL calls our rollout through rollout_func): a "
-                 "generated-tokens/s gap comes from different sampled text (other seeds, so other turn lengths "
-                 "and another batch occupancy) or from machine load, not from code")
+                 "generated-tokens/s gap comes from different sampled text (other seeds, so other turn "
+                 "lengths and another batch occupancy) or from machine load, not from code")
     return notes
 
 
 def machine() -> str:
     cpu = platform.processor()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                   if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
@@ -240,7 +250,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--eval-tasks", type=int, default=8)
     p.add_argument("--warm-start-steps", type=int, default=12,
                    help="supervised warm start first (0: the base model, whose rewards are all 0)")
-    p.add_argument("--bf16-autocast", action="store_true", help="ours with bf16 autocast (TRL stays fp32 on CPU)")
+    p.add_argument("--bf16-autocast", action="store_true",
+                   help="ours with bf16 autocast (TRL stays fp32 on CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", default=None, help="also write the results here")

@@ -27,7 +27,8 @@ from course_lib.warm_starts import WARM_START
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="lookup")
-    parser.add_argument("--steps", type=int, nargs="+", default=[4, 8, 48], help="warm-start steps to compare")
+    parser.add_argument("--steps", type=int, nargs="+", default=[4, 8, 48],
+                        help="warm-start steps to compare")
     parser.add_argument("--tasks", type=int, default=40, help="training tasks sampled")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-turns", type=int, default=3)
@@ -38,20 +39,23 @@ def main() -> None:
     tasks = load_tasks(args.env, "train")[: args.tasks]
     print(f"env {args.env}: {len(tasks)} training tasks x {args.group_size} samples at temperature 1, "
           f"{args.max_turns} turns, {args.max_new_tokens} new tokens per turn; {args.threads} threads")
-    print(f"{'warm-start steps':>16}{'train s':>9}{'mean reward':>13}{'groups all equal':>18}{'sample s':>10}")
+    print(f"{'warm-start steps':>16}{'train s':>9}{'mean reward':>13}{'groups all equal':>18}"
+          f"{'sample s':>10}")
     for steps in args.steps:
         t0 = time.perf_counter()
-        path = ensure_warm_start(args.env, **WARM_START["full"].replace(steps=steps).options(), progress=False)
+        path = ensure_warm_start(args.env, **WARM_START["full"].replace(steps=steps).options(),
+                                 progress=False)
         trained = time.perf_counter() - t0  # ~0 when the warm start was cached
         model, tokenizer = load_policy(str(path))
         t0 = time.perf_counter()
-        groups = rollout(model, tokenizer, args.env, tasks, group_size=args.group_size, max_turns=args.max_turns,
-                         max_new_tokens=args.max_new_tokens, temperature=1.0, seed=0, progress=False)
+        groups = rollout(model, tokenizer, args.env, tasks, group_size=args.group_size,
+                         max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, temperature=1.0,
+                         seed=0, progress=False)
         rewards = [[t.reward for t in g.trajectories] for g in groups]
         equal = sum(len(set(r)) == 1 for r in rewards)
         mean = sum(map(sum, rewards)) / sum(map(len, rewards))
-        print(f"{steps:>16}{trained:>9.0f}{mean:>13.3f}{f'{equal}/{len(groups)}':>18}{time.perf_counter() - t0:>10.0f}",
-              flush=True)
+        print(f"{steps:>16}{trained:>9.0f}{mean:>13.3f}{f'{equal}/{len(groups)}':>18}"
+              f"{time.perf_counter() - t0:>10.0f}", flush=True)
 
 
 if __name__ == "__main__":

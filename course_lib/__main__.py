@@ -161,8 +161,9 @@ class DemoSizes(Sizes):
 DEMO_SIZES = {  # full: about 30 minutes on 2 CPU cores; fast (COURSE_FAST=1): a couple of minutes
     "fast": DemoSizes(one_hop_demos=16, two_hop_demos=4, sft_steps=2, sft_batch=4, eval_tasks=4, rl_steps=1,
                       tasks_per_step=2, group_size=2, max_turns=3, max_new_tokens=32, eval_every=1),
-    "full": DemoSizes(one_hop_demos=224, two_hop_demos=32, sft_steps=32, sft_batch=8, eval_tasks=40, rl_steps=20,
-                      tasks_per_step=4, group_size=4, max_turns=4, max_new_tokens=40, eval_every=10),
+    "full": DemoSizes(one_hop_demos=224, two_hop_demos=32, sft_steps=32, sft_batch=8, eval_tasks=40,
+                      rl_steps=20, tasks_per_step=4, group_size=4, max_turns=4, max_new_tokens=40,
+                      eval_every=10),
 }
 
 
@@ -185,8 +186,10 @@ def plot_learning_curve(run_dir: Path, base: dict, warm: dict, path: Path) -> No
     if evals:
         x = [r["step"] for r in evals]
         y = [100 * r["success"] for r in evals]
-        err = [[100 * (r["success"] - r["ci_low"]) for r in evals], [100 * (r["ci_high"] - r["success"]) for r in evals]]
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=4, color="C0", label="held-out success (greedy, 95% CI)")
+        err = [[100 * (r["success"] - r["ci_low"]) for r in evals],
+               [100 * (r["ci_high"] - r["success"]) for r in evals]]
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=4, color="C0",
+                    label="held-out success (greedy, 95% CI)")
     if trains:
         ax.plot([r["step"] for r in trains], [100 * r["success"] for r in trains], color="C1", alpha=0.7,
                 label="training rollouts success (sampled)")
@@ -223,6 +226,12 @@ def held_out_episode(model_path: Path, task: dict, sizes: DemoSizes) -> str:
             f"-> {outcome} (reward {trajectory.reward:.2f}, {len(trajectory.steps)} turns)")
 
 
+def _table_row(name: str, result: dict) -> str:
+    """One row of the report's table: `name`, its success and its 95% interval, in percent."""
+    low, high = 100 * result["ci_low"], 100 * result["ci_high"]
+    return f"| {name} | {100 * result['success']:.1f}% | [{low:.1f}, {high:.1f}] |"
+
+
 def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int = 0) -> dict:
     """Warm start on (mostly one-hop) search_qa demonstrations, then outcome-credit RL on two-hop questions.
 
@@ -249,11 +258,12 @@ def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int 
                                   tasks=mixed_hop_tasks(sizes.one_hop_demos, sizes.two_hop_demos, seed))
     sft_seconds = time.time() - t0
 
-    print("[3/4] RL (outcome credit) on two-hop training questions; its step-0 evaluation is the warm start's...")
-    config = TrainConfig(env="search_qa", model=str(warm_path), run_dir=str(run_dir / "rl"), steps=sizes.rl_steps,
-                         tasks_per_step=sizes.tasks_per_step, group_size=sizes.group_size,
-                         task_filter={"hops": 2}, credit="outcome", eval_every=sizes.eval_every,
-                         eval_tasks=sizes.eval_tasks,
+    print("[3/4] RL (outcome credit) on two-hop training questions; "
+          "its step-0 evaluation is the warm start's...")
+    config = TrainConfig(env="search_qa", model=str(warm_path), run_dir=str(run_dir / "rl"),
+                         steps=sizes.rl_steps, tasks_per_step=sizes.tasks_per_step,
+                         group_size=sizes.group_size, task_filter={"hops": 2}, credit="outcome",
+                         eval_every=sizes.eval_every, eval_tasks=sizes.eval_tasks,
                          checkpoint_every=sizes.eval_every, seed=seed, optim=dict(lr=sizes.rl_lr),
                          rollout=dict(max_turns=sizes.max_turns, max_new_tokens=sizes.max_new_tokens))
     t0 = time.time()
@@ -267,7 +277,8 @@ def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int 
 
     plot_learning_curve(run_dir / "rl", base, warm, run_dir / "learning_curve.png")
     episode = held_out_episode(Path(config.run_dir) / "checkpoint" / "model", two_hop_test[0], sizes)
-    print("One held-out episode of the trained model ([[ ]] = model tokens, loss mask 1; the rest is context):")
+    print("One held-out episode of the trained model "
+          "([[ ]] = model tokens, loss mask 1; the rest is context):")
     print(episode)
     (run_dir / "episode.txt").write_text(episode + "\n")
     total = time.time() - t_start
@@ -278,23 +289,24 @@ Held-out: the first {len(two_hop_test)} two-hop questions of the test split (gre
 
 | model | success | 95% interval |
 |---|---|---|
-| base | {100 * base['success']:.1f}% | [{100 * base['ci_low']:.1f}, {100 * base['ci_high']:.1f}] |
-| after warm start | {100 * warm['success']:.1f}% | [{100 * warm['ci_low']:.1f}, {100 * warm['ci_high']:.1f}] |
-| after RL | {100 * final['success']:.1f}% | [{100 * final['ci_low']:.1f}, {100 * final['ci_high']:.1f}] |
+{_table_row('base', base)}
+{_table_row('after warm start', warm)}
+{_table_row('after RL', final)}
 
 {verdict}
 
 Sizes: warm start on {sizes.one_hop_demos} one-hop + {sizes.two_hop_demos} two-hop expert demonstrations,
-{sizes.sft_steps} AdamW steps of batch {sizes.sft_batch}, lr 5e-5, assistant-only loss mask ({sft_seconds / 60:.1f} min,
-or 0 when reused from {warm_path}). RL: outcome credit (GRPO advantages, DAPO loss), {sizes.rl_steps} steps of
-{sizes.tasks_per_step} two-hop tasks x {sizes.group_size} rollouts, lr {sizes.rl_lr} ({rl_seconds / 60:.1f} min,
-evaluations included).
+{sizes.sft_steps} AdamW steps of batch {sizes.sft_batch}, lr 5e-5, assistant-only loss mask
+({sft_seconds / 60:.1f} min, or 0 when reused from {warm_path}). RL: outcome credit (GRPO advantages,
+DAPO loss), {sizes.rl_steps} steps of {sizes.tasks_per_step} two-hop tasks x {sizes.group_size} rollouts,
+lr {sizes.rl_lr} ({rl_seconds / 60:.1f} min, evaluations included).
 Total wall time {total / 60:.1f} min. Fast mode: {fast}. Seed: {seed}.
 
 Learning curve: learning_curve.png; per-step metrics: rl/metrics.jsonl; one held-out episode: episode.txt.
 """
     (run_dir / "report.md").write_text(report)
-    print(f"Report: {run_dir / 'report.md'}; plot: {run_dir / 'learning_curve.png'}; {total / 60:.1f} min in all.")
+    print(f"Report: {run_dir / 'report.md'}; plot: {run_dir / 'learning_curve.png'}; "
+          f"{total / 60:.1f} min in all.")
     return {"base": base, "warm_start": warm, "rl": final, "seconds": total, "verdict": verdict}
 
 
@@ -305,14 +317,19 @@ Learning curve: learning_curve.png; per-step metrics: rl/metrics.jsonl; one held
 
 def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(course_threads())
-    parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_config_options(sub.add_parser("train", help="RL training (resumes an existing run dir)", allow_abbrev=False))
-    _add_signature_options(sub.add_parser("eval", help="held-out greedy success with a 95%% interval", allow_abbrev=False), "eval")
-    _add_signature_options(sub.add_parser("sft", help="supervised warm start on expert demonstrations", allow_abbrev=False), "sft")
+    _add_config_options(sub.add_parser("train", help="RL training (resumes an existing run dir)",
+                                       allow_abbrev=False))
+    _add_signature_options(sub.add_parser("eval", help="held-out greedy success with a 95%% interval",
+                                          allow_abbrev=False), "eval")
+    _add_signature_options(sub.add_parser("sft", help="supervised warm start on expert demonstrations",
+                                          allow_abbrev=False), "sft")
     p_demo = sub.add_parser("demo", help="warm start + RL on the embedded model (COURSE_FAST=1: tiny)",
                             allow_abbrev=False)
-    p_demo.add_argument("--run-dir", default=None, help="default: runs/demo (runs/demo-fast with COURSE_FAST=1)")
+    p_demo.add_argument("--run-dir", default=None,
+                        help="default: runs/demo (runs/demo-fast with COURSE_FAST=1)")
     p_demo.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:  # wrong names, filters and sizes: a one-line usage error, before any model loads
@@ -321,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             check(config)
             config_tasks(config)
         elif args.command in ("eval", "sft"):
-            filter_tasks(load_tasks(args.env, args.split if args.command == "eval" else "train"), args.task_filter)
+            split = args.split if args.command == "eval" else "train"
+            filter_tasks(load_tasks(args.env, split), args.task_filter)
             if args.command == "eval" and args.n_tasks < 1:
                 raise ValueError(f"--n-tasks must be at least 1, got {args.n_tasks}")
     except ValueError as exc:

@@ -54,7 +54,8 @@ def plot_learning_curves(curves: dict[str, Sequence[tuple[float, float, float, f
             continue
         steps, means, los, his = zip(*sorted(points))
         color = method_color(name)
-        if color in used:  # two variants of one method ("turn (aligned)", "turn (misaligned)"): tell them apart
+        # two variants of one method ("turn (aligned)", "turn (misaligned)"): tell them apart
+        if color in used:
             color = next((c for c in _EXTRA_COLORS if c not in used), color)
         used.add(color)
         ax.plot(steps, means, marker="o", markersize=3, color=color, label=name)

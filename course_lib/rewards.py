@@ -7,7 +7,8 @@ The vocabulary, used the same way in `TrainConfig`, `train()`, the metrics and t
     verifier reward     the environment's reward of an episode, as the rollout recorded it. `success` is
                         always the verifier's verdict: verifier reward > 0.5 (`Trajectory.success`).
     judge score         s(τ) in [0, 1], the judge's score of an episode (`course_lib.judge`), by a judging
-                        method of `judge.methods.JUDGING_METHODS` ("group": the group at once; "pointwise": P(yes) alone).
+                        method of `judge.methods.JUDGING_METHODS` ("group": the group at once;
+                        "pointwise": P(yes) alone).
     reward R(τ)         the training reward, the one credit reads. Its reward source
                         (`RewardConfig.source`, `REWARD_SOURCES`) says how it is made from the two:
                             verifier   R = v            (or `reward_fn(τ)` when given: shaping, tests)

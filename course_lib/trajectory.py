@@ -85,7 +85,8 @@ class Trajectory:
 
     @property
     def unfinished(self) -> bool:
-        """The episode was cut at the turn or context limit: it never reached an end of its own (an answer)."""
+        """The episode was cut at the turn or context limit: it never reached an end of its own (an
+        answer)."""
         return bool(self.info.get("turn_limit") or self.info.get("context_limit"))
 
 
@@ -109,7 +110,8 @@ class TrajectoryGroup:
 
 
 def render(tokenizer, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return tokenizer.apply_chat_template(messages, tokenize=False,
+                                         add_generation_prompt=add_generation_prompt)
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -135,7 +137,8 @@ def _encode_outside_text(tokenizer, control: re.Pattern | None, text: str, start
     piece_start = max((m.end() for m in control.finditer(text, 0, start)), default=0)
     after = control.search(text, end)
     piece_end = after.start() if after else len(text)
-    outside = tokenizer(text[piece_start:piece_end], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    outside = tokenizer(text[piece_start:piece_end], add_special_tokens=False,
+                        split_special_tokens=True)["input_ids"]
     return _encode(tokenizer, text[:piece_start]) + outside + _encode(tokenizer, text[piece_end:])
 
 
@@ -194,7 +197,8 @@ class TrajectoryBuilder:
         if not full.startswith(self.text):
             raise TemplatePrefixError(
                 "the chat template does not keep earlier turns unchanged (prefix property broken); "
-                f"expected the rendering to start with ...{self.text[-80:]!r}, got ...{full[len(self.text) - 80:len(self.text)]!r}"
+                f"expected the rendering to start with ...{self.text[-80:]!r}, "
+                f"got ...{full[len(self.text) - 80:len(self.text)]!r}"
             )
         span = self._observation_span(messages, full) if observation else None
         if span is None:
@@ -205,7 +209,8 @@ class TrajectoryBuilder:
         step = self.traj.steps[-1]
         if step.action_ids and step.action_ids[-1] == self.end_of_turn_id:
             if not ids or ids[0] != self.end_of_turn_id:
-                raise TemplatePrefixError("the template does not close the assistant turn with the end-of-turn token")
+                raise TemplatePrefixError("the template does not close the assistant turn "
+                                          "with the end-of-turn token")
             ids = ids[1:]
         return full, ids
 
@@ -215,7 +220,8 @@ class TrajectoryBuilder:
         Rendered again with a placeholder in its place, the text around the content must not change; the
         template may still rewrite the content itself (strip it, say)."""
         placeholder = messages[:-1] + [dict(messages[-1], content=_PLACEHOLDER)]
-        before, found, after = render(self.tokenizer, placeholder, add_generation_prompt=True).partition(_PLACEHOLDER)
+        rendered = render(self.tokenizer, placeholder, add_generation_prompt=True)
+        before, found, after = rendered.partition(_PLACEHOLDER)
         if (not found or not full.startswith(before) or not full.endswith(after)
                 or len(before) + len(after) > len(full) or len(before) < len(self.text)):
             return None
@@ -251,7 +257,8 @@ class TrajectoryBuilder:
         self.traj.messages = messages
         self._append(ids, mask=0, turn=len(self.traj.steps) - 1)
 
-    def finish(self, reward: float, *, last_observation: str = "", done_info: dict[str, Any] | None = None) -> Trajectory:
+    def finish(self, reward: float, *, last_observation: str = "",
+               done_info: dict[str, Any] | None = None) -> Trajectory:
         """Close the last turn the way the template renders it (mask 0) and set the reward.
 
         The episode's last observation is `last_observation`, not an `add_observation` call: once one was

@@ -97,8 +97,8 @@ def _legend() -> str:
         (OBSERVATION_STYLE, "observation / template (mask 0)"),
         (SPECIAL_STYLE, "⟨special token⟩"),
     ]
-    cells = "".join(f'<span style="{s};padding:1px 6px;margin-right:8px;border-radius:3px">{html.escape(t)}</span>'
-                    for s, t in items)
+    cells = "".join(f'<span style="{s};padding:1px 6px;margin-right:8px;border-radius:3px">'
+                    f'{html.escape(t)}</span>' for s, t in items)
     return f'<div class="mask-legend" style="font-size:12px;margin:4px 0">{cells}</div>'
 
 
@@ -123,7 +123,8 @@ def mask_html(trajectory: Trajectory, tokenizer, *, show_prompt: bool = True) ->
     summary = (f"{html.escape(str(trajectory.traj_id))} · {n} tokens, {sum(trajectory.loss_mask)} trained on "
                f"· {trajectory.num_turns} turns · reward {trajectory.reward:g}")
     return (f'<div class="mask-view"><div style="font-size:12px;font-weight:bold">{summary}</div>{_legend()}'
-            f'<div style="{BOX_STYLE}">{folded}{_token_spans(trajectory, tokenizer, range(start, n))}</div></div>')
+            f'<div style="{BOX_STYLE}">{folded}{_token_spans(trajectory, tokenizer, range(start, n))}'
+            f'</div></div>')
 
 
 def show_mask(trajectory: Trajectory, tokenizer, *, show_prompt: bool = True) -> None:
@@ -178,7 +179,8 @@ def _short(value: Any, limit: int = 160) -> str:
 def turn_html(trajectory: Trajectory, tokenizer, turn: int) -> str:
     """One turn of a trajectory: header (reward, anchor), the action's tokens, the observation."""
     if not 0 <= turn < trajectory.num_turns:
-        raise ValueError(f"turn {turn} does not exist; this trajectory has turns 0..{trajectory.num_turns - 1}")
+        raise ValueError(f"turn {turn} does not exist; "
+                         f"this trajectory has turns 0..{trajectory.num_turns - 1}")
     step: Step = trajectory.steps[turn]
     positions = [j for j, t in enumerate(trajectory.turn_index) if t == turn]
     action = [j for j in positions if trajectory.loss_mask[j]]
@@ -198,7 +200,8 @@ def turn_html(trajectory: Trajectory, tokenizer, turn: int) -> str:
             f'<div style="font-size:12px;color:#555;margin:2px 0">anchor (state before the action): '
             f'<code>{anchor}</code></div>'
             f'<div style="font-size:12px;margin-top:4px">action</div>'
-            f'<div class="turn-action" style="{BOX_STYLE}">{_token_spans(trajectory, tokenizer, action)}</div>'
+            f'<div class="turn-action" style="{BOX_STYLE}">'
+            f'{_token_spans(trajectory, tokenizer, action)}</div>'
             f'<div style="font-size:12px;margin-top:4px">{observation_label} (masked out of the loss)</div>'
             f'<div class="turn-observation" style="{BOX_STYLE}">'
             f'{_token_spans(trajectory, tokenizer, observation) or "<i>(none: the episode ended)</i>"}</div>'
@@ -210,7 +213,8 @@ def _trajectory_label(i: int, trajectory: Trajectory) -> str:
 
 
 def _bundle(widget: Any, static: str) -> dict[str, str]:
-    """A display bundle with the live widget (JupyterLab) and a static HTML copy (GitHub, nbval, no frontend)."""
+    """A display bundle with the live widget (JupyterLab) and a static HTML copy (GitHub, nbval, no
+    frontend)."""
     data = dict(widget._repr_mimebundle_() or {}) if widget is not None else {}
     data["text/html"] = static
     return data
@@ -273,16 +277,16 @@ class TrajectoryViewer:
 
     def turn_html(self, trajectory: int, turn: int) -> str:
         t = self.trajectories[trajectory]
-        return f'<div style="font-size:12px;color:#555">{html.escape(_trajectory_label(trajectory, t))}</div>' + \
-            turn_html(t, self.tokenizer, turn)
+        label = html.escape(_trajectory_label(trajectory, t))
+        return f'<div style="font-size:12px;color:#555">{label}</div>' + turn_html(t, self.tokenizer, turn)
 
     def static_html(self) -> str:
         """Every turn of every trajectory, one after another: the view without a widget frontend."""
         blocks = []
         for i, t in enumerate(self.trajectories):
             turns = "".join(turn_html(t, self.tokenizer, k) for k in range(t.num_turns))
-            blocks.append(f'<details open><summary style="font-weight:bold">{html.escape(_trajectory_label(i, t))}'
-                          f'</summary>{turns}</details>')
+            blocks.append(f'<details open><summary style="font-weight:bold">'
+                          f'{html.escape(_trajectory_label(i, t))}</summary>{turns}</details>')
         return f'<div class="trajectory-viewer-static">{_legend()}{"".join(blocks)}</div>'
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
@@ -313,7 +317,8 @@ def show_trajectory(trajectories: Trajectory | Sequence[Trajectory] | Trajectory
 # credit explorer: per-turn advantages under four credit methods (notebooks 05 to 08)
 # ---------------------------------------------------------------------------------------------------------
 
-def _trajectories(groups: TrajectoryGroup | Sequence[TrajectoryGroup] | Sequence[Trajectory]) -> list[Trajectory]:
+def _trajectories(groups: TrajectoryGroup | Sequence[TrajectoryGroup] | Sequence[Trajectory]
+                  ) -> list[Trajectory]:
     if isinstance(groups, TrajectoryGroup):
         return list(groups)
     return [t for g in groups for t in (g if isinstance(g, TrajectoryGroup) else [g])]
@@ -383,15 +388,17 @@ def credit_table_html(table) -> str:
     """A credit table as HTML with advantages shaded by sign and size (shared scale over methods)."""
     methods = [c for c in table.columns if c not in ("action", "reward")]
     scale = max((abs(v) for m in methods for v in table[m]), default=0.0)
-    head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>" for c in ["trajectory", "t", *table.columns])
+    head = "".join(f"<th style='padding:2px 8px'>{html.escape(c)}</th>"
+                   for c in ["trajectory", "t", *table.columns])
     body = []
     for (traj, t), row in table.iterrows():
-        cells = [html.escape(str(traj)), str(t), f"<code>{html.escape(row['action'])}</code>", f"{row['reward']:g}"]
-        cells += [f"<span style='background:{_advantage_color(row[m], scale)};padding:0 4px'>{row[m]:+.3f}</span>"
-                  for m in methods]
+        cells = [html.escape(str(traj)), str(t), f"<code>{html.escape(row['action'])}</code>",
+                 f"{row['reward']:g}"]
+        cells += [f"<span style='background:{_advantage_color(row[m], scale)};padding:0 4px'>"
+                  f"{row[m]:+.3f}</span>" for m in methods]
         body.append("<tr>" + "".join(f"<td style='padding:2px 8px'>{c}</td>" for c in cells) + "</tr>")
-    return (f"<table class='credit-table' style='border-collapse:collapse;font-size:12px'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
+    return (f"<table class='credit-table' style='border-collapse:collapse;font-size:12px'>"
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
 class CreditExplorer:
@@ -417,8 +424,8 @@ class CreditExplorer:
             self.dropdown = widgets.Dropdown(
                 options=[(f"{i}: {g.group_id} (rewards {', '.join(f'{r:g}' for r in g.rewards)})", i)
                          for i, g in enumerate(self.groups)], value=0, description="group")
-            self.dropdown.observe(lambda change: setattr(self.output, "value", self.group_html(change["new"])),
-                                  names="value")
+            self.dropdown.observe(
+                lambda change: setattr(self.output, "value", self.group_html(change["new"])), names="value")
             parts.insert(0, self.dropdown)
         self.widget = widgets.VBox(parts)
 

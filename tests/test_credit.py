@@ -199,9 +199,9 @@ def test_gigpo_similarity_joins_the_first_matching_group():
 
 def test_gigpo_similarity_compares_the_new_anchor_against_the_first_as_verl_agent_does():
     # Over 200 characters difflib's ratio depends on the order; a page with one word changed:
-    page = ("river is born city is the to result page is city born river to page in title city city a result and to "
-            "and born of title born to city result wiki born title city and to of wiki of city river search in page "
-            "result of in is in title search city a result page page river result to")
+    page = ("river is born city is the to result page is city born river to page in title city city a "
+            "result and to and born of title born to city result wiki born title city and to of wiki of city "
+            "river search in page result of in is in title search city a result page page river result to")
     near = page.replace("city is the to", "city is born to")
     assert SequenceMatcher(None, near, page).ratio() > 0.98 > 0.2 > SequenceMatcher(None, page, near).ratio()
     assert step_group_ids([page, near], [0, 0], similarity=0.9) == [0, 0]
@@ -373,7 +373,8 @@ def _inputs(**more) -> CreditInputs:
 
 
 def test_advantages_of_each_method_are_the_functions_of_this_module():
-    inputs = _inputs(turn_rewards=[[0.0, 0.0], [-0.1, 0.0, 0.0], [0.0]], values=[[0.5, 0.5], [0.2, 0.1, 0.0], [0.3]])
+    inputs = _inputs(turn_rewards=[[0.0, 0.0], [-0.1, 0.0, 0.0], [0.0]],
+                     values=[[0.5, 0.5], [0.2, 0.1, 0.0], [0.3]])
     outcome = outcome_advantages([1.0, 0.0, 1.0], ["g", "g", "h"])
     assert [a.tolist() for a in advantages("outcome", inputs).advantages] == [
         [outcome[0].item()] * 2, [outcome[1].item()] * 3, [0.0]]
@@ -385,13 +386,15 @@ def test_advantages_of_each_method_are_the_functions_of_this_module():
     assert result.stats["step_group_sizes"] == {1: 3, 3: 1}  # s0 in g (3 rows), s1, s2, s0 in h
     turn = turn_advantages([0.0, 0.0, -0.1, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0, 0.0, 1.0], **rows,
                            weight=0.3, gamma=0.9)
-    assert torch.cat(advantages("turn", inputs, turn_weight=0.3, gamma=0.9).advantages).tolist() == approx(turn.tolist())
+    assert (torch.cat(advantages("turn", inputs, turn_weight=0.3, gamma=0.9).advantages).tolist()
+            == approx(turn.tolist()))
     critic = advantages("critic", inputs, gae_gamma=1.0, gae_lambda=0.9, whiten=False)
     by_hand = [gae([0.0, 1.0], [0.5, 0.5], lam=0.9), gae([-0.1, 0.0, 0.0], [0.2, 0.1, 0.0], lam=0.9),
                gae([1.0], [0.3], lam=0.9)]  # the turn rewards, plus R(τ) on the last turn
     assert [a.tolist() for a in critic.advantages] == [approx(a.tolist()) for a, _ in by_hand]
     assert [r.tolist() for r in critic.returns] == [approx(r.tolist()) for _, r in by_hand]
-    assert torch.equal(torch.cat(advantages("critic", inputs, gae_lambda=0.9).advantages), torch.cat(critic.advantages))
+    assert torch.equal(torch.cat(advantages("critic", inputs, gae_lambda=0.9).advantages),
+                       torch.cat(critic.advantages))
     whitened = torch.cat(advantages("critic", inputs, gae_lambda=0.9, whiten=True).advantages)
     assert whitened.mean().item() == approx(0.0) and whitened.std().item() == approx(1.0, abs=1e-4)
 
@@ -407,19 +410,24 @@ def test_advantages_refuses_unknown_methods_options_and_missing_inputs():
 
 
 def test_groups_to_train_follows_each_methods_rule():
-    inputs = CreditInputs(group_ids=["eq", "eq", "mixed", "mixed"], traj_ids=[0, 1, 2, 3], rewards=[1.0, 1.0, 0.0, 1.0],
+    inputs = CreditInputs(group_ids=["eq", "eq", "mixed", "mixed"], traj_ids=[0, 1, 2, 3],
+                          rewards=[1.0, 1.0, 0.0, 1.0],
                           step_rewards=[[1.0], [1.0], [0.0], [1.0]], anchors=[["x"], ["x"], ["x"], ["x"]])
-    separated = CreditResult([torch.tensor([0.0]), torch.tensor([0.3]), torch.tensor([0.0]), torch.tensor([0.0])])
+    separated = CreditResult([torch.tensor([0.0]), torch.tensor([0.3]), torch.tensor([0.0]),
+                              torch.tensor([0.0])])
     assert groups_to_train("outcome", inputs, separated) == ["mixed"]  # equal rewards: skipped
     assert groups_to_train("gigpo", inputs, separated) == ["eq"]  # only all-zero advantages are skipped
-    assert groups_to_train("critic", inputs, separated) == ["eq", "mixed"]  # the critic learns from every group
+    # the critic learns from every group
+    assert groups_to_train("critic", inputs, separated) == ["eq", "mixed"]
 
 
 def test_process_reward_is_one_rule_for_errors_and_malformed_actions():
     def step(kind: str, observation: str) -> Step:
-        return Step(action_ids=[], action_text="", logprobs=[], observation_text=observation, info={"action_kind": kind})
+        return Step(action_ids=[], action_text="", logprobs=[], observation_text=observation,
+                    info={"action_kind": kind})
 
-    assert process_reward(step("malformed", "")) == process_reward(step("tool_call", "Error: no such tool")) == -0.1
+    assert (process_reward(step("malformed", "")) == process_reward(step("tool_call", "Error: no such tool"))
+            == -0.1)
     assert process_reward(step("tool_call", "Errors found: 0")) == 0.0  # a tool's output, not an error report
     assert process_reward(step("answer", "ok")) == 0.0
 
@@ -486,10 +494,10 @@ def test_groups_of_one_rollout_train(tmp_path, method):
     from course_lib.train.config import TrainConfig
     from course_lib.train.loop import train
 
-    config = TrainConfig(env="lookup", run_dir=str(tmp_path / "run"), credit=method, steps=1, tasks_per_step=3,
-                         group_size=1, rollout=dict(max_turns=2, max_new_tokens=12), eval_every=0,
-                         eval_tasks=0,
-                         checkpoint_every=0, progress=False, credit_options={"whiten": False} if method == "critic" else None)
+    config = TrainConfig(env="lookup", run_dir=str(tmp_path / "run"), credit=method, steps=1,
+                         tasks_per_step=3, group_size=1, rollout=dict(max_turns=2, max_new_tokens=12),
+                         eval_every=0, eval_tasks=0, checkpoint_every=0, progress=False,
+                         credit_options={"whiten": False} if method == "critic" else None)
     assert train(config)["step"] == 1
     (row,) = [r for r in read_metrics(config.run_dir) if r["kind"] == "train"]
     assert row["skipped_groups"] == 0 and row["equal_reward_groups"] == 3 and not row["nonfinite"]

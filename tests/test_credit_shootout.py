@@ -26,7 +26,8 @@ def shootout(tmp_path, monkeypatch):
 def test_paired_comparison_matches_scipy_and_hand_values(shootout):
     a, b = [0.5, 0.6, 0.55, 0.7, 0.65], [0.5] * 5
     c = shootout.paired_comparison(a, b)
-    # d = 0, .1, .05, .2, .15: mean .1, sd sqrt(.025 / 4) = .0790569, se = sd / sqrt(5) = .0353553, t = 2 sqrt(2)
+    # d = 0, .1, .05, .2, .15: mean .1, sd sqrt(.025 / 4) = .0790569, se = sd / sqrt(5) = .0353553,
+    # t = 2 sqrt(2)
     assert c["n"] == 5
     assert c["mean_diff"] == pytest.approx(0.1)
     assert c["sd_diff"] == pytest.approx(0.0790569, abs=1e-6)
@@ -50,7 +51,8 @@ def test_a_null_states_the_detectable_effect(shootout):
     c = shootout.paired_comparison([0.5, 0.4, 0.6], [0.45, 0.5, 0.5])  # d = .05, -.1, .1
     assert c["p"] == pytest.approx(stats.ttest_rel([0.5, 0.4, 0.6], [0.45, 0.5, 0.5]).pvalue)
     line = shootout.verdict("turn", "outcome", c, 40)
-    assert line == f"not resolved (p={c['p']:.2f}); the run could detect differences of about {c['mde']:.2f} or larger"
+    assert line == (f"not resolved (p={c['p']:.2f}); the run could detect differences of about "
+                    f"{c['mde']:.2f} or larger")
     # no spread: the t-test is undefined, and the detectable effect comes from the evaluation's binomial noise
     same = shootout.paired_comparison([0.5] * 5, [0.5] * 5)
     assert math.isnan(same["p"]) and math.isnan(same["mde"]) and same["low"] == same["high"] == 0.0
@@ -76,7 +78,8 @@ def fake_result(env: str, method: str, seed: int, curve: list, outcomes: list[in
     return {"env": env, "method": method, "seed": seed, "size": "tiny", "curve": curve, "final": curve[-1][1],
             "outcomes": outcomes, "mean_turns_success": 2.0 if any(outcomes) else None,
             "seconds": 60.0, "train_tokens": 100, "steps_run": 1, "equal_reward_groups": 0, "updates": 1,
-            "step_group_sizes": {"1": 2, "2": 1} if method == "gigpo" else {}, "step_rows": 4 if method == "gigpo" else 0,
+            "step_group_sizes": {"1": 2, "2": 1} if method == "gigpo" else {},
+            "step_rows": 4 if method == "gigpo" else 0,
             "machine": "test machine", "threads": 1, "torch": "x", "date": "2026-12-01 10:00"}
 
 
@@ -84,24 +87,28 @@ def test_report_from_partial_results(shootout, tmp_path):
     """The results file comes from whatever runs have finished: here outcome has 3 seeds, gigpo 2, turn 1."""
     env_dir = shootout.env_dir("tiny", "gridworld")
     env_dir.mkdir(parents=True)
-    (env_dir / "start_eval.json").write_text(json.dumps({"success": 0.5, "ci_low": 0.1, "ci_high": 0.9, "n": 2,
-                                                         "warm_start": "w"}))
+    (env_dir / "start_eval.json").write_text(json.dumps({"success": 0.5, "ci_low": 0.1, "ci_high": 0.9,
+                                                         "n": 2, "warm_start": "w"}))
     runs = {("outcome", 0): [1, 0], ("outcome", 1): [1, 1], ("outcome", 2): [0, 1], ("gigpo", 0): [1, 1],
             ("gigpo", 1): [1, 1], ("turn", 0): [0, 0]}  # per held-out task (2 tasks)
     for (method, seed), outcomes in runs.items():
         run_dir = shootout.run_dir_of("tiny", "gridworld", method, seed)
         run_dir.mkdir(parents=True)
         curve = [[0, 0.5], [1, sum(outcomes) / 2]]
-        (run_dir / "result.json").write_text(json.dumps(fake_result("gridworld", method, seed, curve, outcomes)))
+        (run_dir / "result.json").write_text(json.dumps(fake_result("gridworld", method, seed, curve,
+                                                                    outcomes)))
     aside = env_dir / "turn_older_variant" / "seed1"  # a folder moved aside: its run is not counted
     aside.mkdir(parents=True)
-    (aside / "result.json").write_text(json.dumps(fake_result("gridworld", "turn", 1, [[0, 0.5], [1, 1.0]], [1, 1])))
+    (aside / "result.json").write_text(json.dumps(fake_result("gridworld", "turn", 1, [[0, 0.5], [1, 1.0]],
+                                                              [1, 1])))
     out = shootout.main(["--size", "tiny", "--report", "--out", str(tmp_path / "results")])
     table = out["markdown"].read_text()
-    assert "| gridworld | outcome | 3 | 0: 0.500, 1: 0.667 | 0.667 | 0.289 | 0: 0.500, 1: 1.000, 2: 0.500 | 2.00 |" in table
+    assert ("| gridworld | outcome | 3 | 0: 0.500, 1: 0.667 | 0.667 | 0.289 | 0: 0.500, 1: 1.000, 2: 0.500 "
+            "| 2.00 |") in table
     assert "| gridworld | gigpo | 2 |" in table and "| gridworld | turn | 1 |" in table
     c = shootout.paired_comparison([1.0, 1.0], [0.5, 1.0])
-    assert f"| gridworld | gigpo - outcome | 2 | +0.250 | [{c['low']:+.3f}, {c['high']:+.3f}] | {c['p']:.2g} |" in table
+    assert (f"| gridworld | gigpo - outcome | 2 | +0.250 | [{c['low']:+.3f}, {c['high']:+.3f}] "
+            f"| {c['p']:.2g} |") in table
     assert "| gridworld | turn - outcome | 1 | - | - | - | - | not tested: one paired seed so far |" in table
     assert "| gridworld | outcome - warm start | 3 | +0.167 |" in table
     assert "or larger" in table
@@ -113,8 +120,8 @@ def test_report_from_partial_results(shootout, tmp_path):
     assert out["plot"].stat().st_size > 0
     # the runs as data, for notebook 06's reference curves: one entry per finished run, outcome first
     data = json.loads((tmp_path / "results" / "credit_shootout_tiny_runs.json").read_text())
-    assert [(r["method"], r["seed"]) for r in data["runs"]][:4] == [("outcome", 0), ("outcome", 1), ("outcome", 2),
-                                                                  ("gigpo", 0)]
+    assert [(r["method"], r["seed"]) for r in data["runs"]][:4] == [("outcome", 0), ("outcome", 1),
+                                                                  ("outcome", 2), ("gigpo", 0)]
     assert data["runs"][3]["outcomes"] == [1, 1] and data["runs"][3]["train"] == []  # no metrics.jsonl here
     assert data["budget"]["steps"] == shootout.PRESETS["tiny"].steps
 
@@ -129,7 +136,8 @@ def test_shootout_runs_every_method_and_resumes(shootout, tmp_path):
     assert "| gridworld | *warm start (step 0)* |" in table
     assert "| gridworld | warm start, one step's rollouts |" in table
     assert out["plot"].stat().st_size > 0
-    for r in out["results"]:  # step 0 is the shared evaluation; the run evaluated itself once, at its last step
+    # step 0 is the shared evaluation; the run evaluated itself once, at its last step
+    for r in out["results"]:
         assert [s for s, _ in r["curve"]] == [0, 1] and r["steps_run"] == 1
         assert len(r["outcomes"]) == 2 and r["final"] == sum(r["outcomes"]) / 2
         assert not (shootout.run_dir_of("tiny", "gridworld", r["method"], 0) / "checkpoint").exists()

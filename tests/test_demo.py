@@ -1,4 +1,5 @@
-"""`make demo`'s job at COURSE_FAST size: base -> warm start -> RL, a report, a plot and one printed episode."""
+"""`make demo`'s job at COURSE_FAST size: base -> warm start -> RL, a report, a plot and one printed
+episode."""
 
 from course_lib.__main__ import demo
 
@@ -8,7 +9,8 @@ def test_fast_demo_prints_an_episode_and_writes_its_report(tmp_path, monkeypatch
     result = demo(run_dir=tmp_path / "demo", fast=True)
     out = capsys.readouterr().out
     episode = (tmp_path / "demo" / "episode.txt").read_text()
-    assert "question:" in episode and "[[" in episode and "-> " in episode  # the task, model tokens, the outcome
+    # the task, model tokens, the outcome
+    assert "question:" in episode and "[[" in episode and "-> " in episode
     assert episode.strip() in out  # printed, not only saved
     assert (tmp_path / "demo" / "learning_curve.png").stat().st_size > 0
     report = (tmp_path / "demo" / "report.md").read_text()

@@ -21,7 +21,8 @@ from course_lib.warm_starts import code_fix_warm_start_options, hack_demo_tasks
 
 
 def _play(env_name: str, task: dict, policy: str) -> dict:
-    """One episode acted by the env's `expert_action` or `hack_action`; returns the last step's info and reward."""
+    """One episode acted by the env's `expert_action` or `hack_action`; returns the last step's info and
+    reward."""
     env = make_env(env_name)
     try:
         env.reset(task)
@@ -61,9 +62,11 @@ def test_hack_demo_tasks_mix_fixes_and_hacks_reproducibly():
     assert sum(t.get("demonstration") == "hack" for t in tasks) == 4
     assert [t["id"] for t in tasks] == [t["id"] for t in hack_demo_tasks(20, 0.2, seed=3)]
     assert [t["id"] for t in tasks] != [t["id"] for t in hack_demo_tasks(20, 0.2, seed=4)]
-    assert not any("demonstration" in t for t in load_tasks("code_fix", "train")), "the loaded tasks were changed"
+    assert not any("demonstration" in t for t in load_tasks("code_fix", "train")), (
+        "the loaded tasks were changed")
     fast = code_fix_warm_start_options(fast=True)
-    assert sum(t.get("demonstration") == "hack" for t in fast["tasks"]) >= 1 and len(fast["tasks"]) == fast["n_demos"]
+    assert (sum(t.get("demonstration") == "hack" for t in fast["tasks"]) >= 1
+            and len(fast["tasks"]) == fast["n_demos"])
 
 
 def test_demonstrations_of_marked_tasks_hack_and_the_others_fix(tokenizer):

@@ -46,7 +46,8 @@ class ScriptedJudge:
         return Completion(self.answer(messages, len(self.calls)), prompt_tokens, 0)
 
 
-PREFIX = [{"role": "system", "content": "Answer questions."}, {"role": "user", "content": "Capital of France?"}]
+PREFIX = [{"role": "system", "content": "Answer questions."},
+          {"role": "user", "content": "Capital of France?"}]
 
 
 def conv(answer: str) -> list[dict[str, str]]:
@@ -59,7 +60,8 @@ def ids_in_order(messages) -> list[str]:
 
 
 def answers_by_id(messages) -> dict[str, str]:
-    blocks = re.findall(r'<trajectory id="(t[0-9a-f]+)">(.*?)</trajectory>', messages[1]["content"], re.DOTALL)
+    blocks = re.findall(r'<trajectory id="(t[0-9a-f]+)">(.*?)</trajectory>', messages[1]["content"],
+                        re.DOTALL)
     return {i: re.search(r"<answer>(.*?)</answer>", body).group(1) for i, body in blocks}
 
 
@@ -89,13 +91,15 @@ def test_two_orders_average_and_reverse():
 
     def biased(messages, _call):  # the first trajectory read gets +0.3
         ids = ids_in_order(messages)
-        return json.dumps([{"id": i, "explanation": "", "score": 0.3 * (k == 0) + 0.5} for k, i in enumerate(ids)])
+        return json.dumps([{"id": i, "explanation": "", "score": 0.3 * (k == 0) + 0.5}
+                           for k, i in enumerate(ids)])
 
     judge = ScriptedJudge(biased)
     scores = score_group(group, judge=judge, two_orders=True, use_cache=False)
     assert len(judge.calls) == 2
     assert ids_in_order(judge.calls[1]) == ids_in_order(judge.calls[0])[::-1]
-    assert sorted(round(s.score, 6) for s in scores) == [0.5, 0.65, 0.65]  # first and last each read first once
+    # first and last each read first once
+    assert sorted(round(s.score, 6) for s in scores) == [0.5, 0.65, 0.65]
 
 
 def test_malformed_then_valid_on_retry():
@@ -137,7 +141,8 @@ def test_tiny_overshoot_is_clipped():
 
 def test_all_retries_failing_fails_the_group_and_counts_it():
     judge, metrics = ScriptedJudge(lambda m, c: "Score: great"), JudgeMetrics()
-    scores = score_group([conv("Paris"), conv("Rome")], judge=judge, max_retries=2, use_cache=False, metrics=metrics)
+    scores = score_group([conv("Paris"), conv("Rome")], judge=judge, max_retries=2, use_cache=False,
+                         metrics=metrics)
     assert len(judge.calls) == 3
     assert all(s.failed and math.isnan(s.score) for s in scores)
     assert metrics.failed_groups == 1 and metrics.groups == 1 and metrics.as_dict()["failure_rate"] == 1.0
@@ -172,7 +177,8 @@ def test_cache_hit_in_another_order_when_two_ids_share_a_prefix(tmp_path):
         return json.dumps([{"id": i, "explanation": "", "score": 1.0 if a == first_of[digest] else 0.0}
                            for i, a in answers_by_id(messages).items()])
 
-    assert [s.score for s in score_group([good, bad], judge=ScriptedJudge(rate_good), cache_dir=tmp_path)] == [1.0, 0.0]
+    scores = score_group([good, bad], judge=ScriptedJudge(rate_good), cache_dir=tmp_path)
+    assert [s.score for s in scores] == [1.0, 0.0]
     no_call = ScriptedJudge(lambda m, c: pytest.fail("the cache should have answered"))
     assert [s.score for s in score_group([bad, good], judge=no_call, cache_dir=tmp_path)] == [0.0, 1.0]
 
@@ -206,7 +212,8 @@ def test_extract_json_from_chatty_answers():
 ])
 def test_prose_json_before_the_answer_is_skipped(before):
     after = "\n```" if "```" in before else ""
-    items = [{"id": "ta", "explanation": "solved", "score": 1.0}, {"id": "tb", "explanation": "no", "score": 0.2}]
+    items = [{"id": "ta", "explanation": "solved", "score": 1.0},
+             {"id": "tb", "explanation": "no", "score": 0.2}]
     expected = {"ta": (1.0, "solved"), "tb": (0.2, "no")}
     assert parse_scores(before + json.dumps(items) + after, ["ta", "tb"]) == expected
     assert parse_scores(before + json.dumps({"scores": items}) + after, ["ta", "tb"]) == expected
@@ -218,7 +225,8 @@ def test_unusable_answers_still_get_a_precise_error():
     with pytest.raises(JudgeAnswerError, match="not a number"):  # a boolean is not a score
         parse_scores('[{"id": "ta", "score": true}, {"id": "tb", "score": false}]', ["ta", "tb"])
     with pytest.raises(JudgeAnswerError, match="outside"):  # the score list is found, then checked
-        parse_scores('Scores are in [0, 1]: [{"id": "ta", "score": 7}, {"id": "tb", "score": 0}]', ["ta", "tb"])
+        parse_scores('Scores are in [0, 1]: [{"id": "ta", "score": 7}, {"id": "tb", "score": 0}]',
+                     ["ta", "tb"])
     with pytest.raises(JudgeAnswerError, match='needs "id" and "score"'):  # nothing shaped like scores
         parse_scores('Ranking: [2, 1]', ["ta", "tb"])
     assert parse_scores('{"turn": 1, "score": 0.5}', ["1"], key="turn") == {"1": (0.5, "")}  # a lone entry
@@ -226,7 +234,8 @@ def test_unusable_answers_still_get_a_precise_error():
 
 def test_score_turns_one_score_per_turn_and_failure_flag():
     trajectory = PREFIX + [
-        {"role": "assistant", "content": '<tool_call>{"name": "search", "arguments": {"query": "France"}}</tool_call>'},
+        {"role": "assistant",
+         "content": '<tool_call>{"name": "search", "arguments": {"query": "France"}}</tool_call>'},
         {"role": "tool", "content": "1. Paris is the capital of France."},
         {"role": "assistant", "content": "<answer>Paris</answer>"},
     ]
@@ -262,7 +271,8 @@ class ScriptedYesNoJudge:
 
 
 def test_pointwise_judge_is_shown_the_rubric():
-    """The rubric is part of the cache key, so the judge must read it: the system message of every question."""
+    """The rubric is part of the cache key, so the judge must read it: the system message of every
+    question."""
     rubric = "Only an answer written in French counts as a success."
     judge = ScriptedYesNoJudge()
     scores = score_pointwise([conv("Paris"), conv("Rome")], rubric, judge=judge, use_cache=False)
@@ -283,7 +293,8 @@ def test_the_caller_chooses_group_or_pointwise_and_the_result_says_which():
     pointwise = score_pointwise([conv("Paris"), conv("Rome")], judge=judge, use_cache=False, metrics=total)
     assert pointwise.method == "pointwise" and [s.score for s in pointwise] == [0.7, 0.7]
     assert judge.chats == 1 and len(judge.prompts) == 2
-    assert pointwise.metrics.pointwise == 1 and pointwise.metrics.calls == 2 and pointwise.metrics.tokens == 20
+    assert (pointwise.metrics.pointwise == 1 and pointwise.metrics.calls == 2
+            and pointwise.metrics.tokens == 20)
     assert (total.groups, total.pointwise, total.calls) == (2, 1, 3)
     turns = score_turns(conv("Paris"), judge=ScriptedJudge(lambda m, c: '[{"turn": 1, "score": 0.4}]'))
     assert turns.method == "group" and list(turns) == [0.4]
@@ -296,7 +307,8 @@ def test_each_judging_returns_its_own_metrics_and_a_total_is_the_callers():
     """No module-wide counter: a judging's metrics come back on its result; `metrics=` adds them to the
     caller's total. A backend with `complete` alone (no usage) counts calls but no tokens."""
     total = JudgeMetrics()
-    first = score_group([conv("Paris"), conv("Rome")], judge=ScriptedJudge(rate_paris), use_cache=False, metrics=total)
+    first = score_group([conv("Paris"), conv("Rome")], judge=ScriptedJudge(rate_paris), use_cache=False,
+                        metrics=total)
     assert first.metrics.calls == 1 and first.metrics.tokens > 0 and first.metrics.groups == 1
 
     class NoUsage:
@@ -305,8 +317,10 @@ def test_each_judging_returns_its_own_metrics_and_a_total_is_the_callers():
         def complete(self, messages, *, max_tokens=512, temperature=0.0):
             return "no JSON"
 
-    second = score_group([conv("Paris"), conv("Rome")], judge=NoUsage(), max_retries=1, use_cache=False, metrics=total)
-    assert second.failed and second.metrics.calls == 2 and second.metrics.retries == 1 and second.metrics.tokens == 0
+    second = score_group([conv("Paris"), conv("Rome")], judge=NoUsage(), max_retries=1, use_cache=False,
+                         metrics=total)
+    assert (second.failed and second.metrics.calls == 2 and second.metrics.retries == 1
+            and second.metrics.tokens == 0)
     assert first.metrics.failed_groups == 0 and second.metrics.failed_groups == 1
     assert (total.groups, total.calls, total.failed_groups, total.tokens) == (2, 3, 1, first.metrics.tokens)
     row = total.as_row()
@@ -315,20 +329,23 @@ def test_each_judging_returns_its_own_metrics_and_a_total_is_the_callers():
 
 def verified(answers: list[str], rewards: list[float]) -> list[Trajectory]:
     """One group with verifier rewards, as `judge_agreement` takes it."""
-    return [Trajectory(task_id="paris", group_id="paris", traj_id=str(k), messages=conv(a), prompt_ids=[], reward=r)
+    return [Trajectory(task_id="paris", group_id="paris", traj_id=str(k), messages=conv(a), prompt_ids=[],
+                       reward=r)
             for k, (a, r) in enumerate(zip(answers, rewards))]
 
 
 def by_position(messages, _call):
     """A purely positional judge: 1 for the trajectory it reads first, 0 for the last, whatever they say."""
     ids = ids_in_order(messages)
-    return json.dumps([{"id": i, "explanation": "", "score": 1 - k / (len(ids) - 1)} for k, i in enumerate(ids)])
+    return json.dumps([{"id": i, "explanation": "", "score": 1 - k / (len(ids) - 1)}
+                       for k, i in enumerate(ids)])
 
 
 def test_judge_agreement_second_judging_reads_the_reversed_order():
     """Two distinct trajectories have two orders only: two seeds often draw the same one, the reversed
     order never does. A group of identical trajectories has a single order and is not compared."""
-    groups = [verified(["Paris", "Rome"], [1.0, 0.0]) for _ in range(8)] + [verified(["Paris"] * 2, [1.0, 1.0])]
+    groups = ([verified(["Paris", "Rome"], [1.0, 0.0]) for _ in range(8)]
+              + [verified(["Paris"] * 2, [1.0, 1.0])])
     judge = ScriptedJudge(by_position)
     r = judge_agreement("search_qa", judge, len(groups), group_size=2, groups=groups, max_retries=0)
     assert len(judge.calls) == 16  # the identical group makes no call
@@ -398,7 +415,8 @@ def test_judge_agreement_counts_failures_and_cost_per_group_and_per_judging(fail
     assert len(judge.calls) == 6
     assert r["failure_rate"] == 1.0 and r["failed_judgings_rate"] == 0.5
     assert r["tokens_per_group"] == judge.tokens_reported / 3 == pytest.approx(2 * r["tokens_per_judging"])
-    assert r["seconds_per_group"] == pytest.approx(2 * r["seconds_per_judging"]) and r["seconds_per_group"] > 0
+    assert (r["seconds_per_group"] == pytest.approx(2 * r["seconds_per_judging"])
+            and r["seconds_per_group"] > 0)
 
 
 # ----- real HTTP endpoints ------------------------------------------------------------------------------
@@ -419,8 +437,8 @@ def test_openai_judge_against_the_local_judge_server(policy):
         judge = OpenAIJudge(base_url=base_url, timeout=120, max_retries=0)
         messages = [{"role": "user", "content": "Say yes."}]
         answer = judge.complete_with_usage(messages, max_tokens=4)
-        prompt = tokenizer(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
-                           add_special_tokens=False)["input_ids"]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         assert isinstance(answer.text, str) and answer.prompt_tokens == len(prompt)  # the server's usage
         assert 1 <= answer.completion_tokens <= 4
         assert judge.name.endswith(":smollm2-135m")  # the model name comes from /v1/models
@@ -458,8 +476,8 @@ def test_score_group_over_http_reads_the_scores_a_served_judge_wrote():
         finish = []
         for max_tokens in (20, 21):  # the backend always writes 20 tokens: cut at 20, complete under 21
             body = json.dumps({"messages": conv("Paris"), "max_tokens": max_tokens}).encode()
-            request = urllib.request.Request(f"http://127.0.0.1:{server.server_port}/v1/chat/completions", body,
-                                             {"Content-Type": "application/json"})
+            url = f"http://127.0.0.1:{server.server_port}/v1/chat/completions"
+            request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=10) as answer:
                 finish.append(json.loads(answer.read())["choices"][0]["finish_reason"])
         assert finish == ["length", "stop"]
@@ -637,7 +655,8 @@ def long_group(n_tokens_each: int = 1500) -> dict[str, list[dict[str, str]]]:
     """Two trajectories of about `n_tokens_each` tokens each, in several tool messages."""
     words = " ".join(f"fact{k}" for k in range(n_tokens_each // 4))
     return {i: [{"role": "assistant", "content": f"<answer>{i}</answer>"}] +
-               [{"role": "tool", "content": f"{i} result {m}: {words}"[:1400]} for m in range(n_tokens_each // 350)]
+               [{"role": "tool", "content": f"{i} result {m}: {words}"[:1400]}
+                for m in range(n_tokens_each // 350)]
             for i in ("ta", "tb")}
 
 
@@ -652,7 +671,8 @@ def test_local_judge_cuts_the_trajectories_not_the_rubric(policy):
     ids = judge._encode(messages)[0].tolist()
     seen = tokenizer.decode(ids)
     assert len(full) > 1500 and len(ids) <= 700
-    for kept in (DEFAULT_RUBRIC, "Answer with a JSON list only", "Capital of France?", "Score every trajectory id: ta, tb."):
+    for kept in (DEFAULT_RUBRIC, "Answer with a JSON list only", "Capital of France?",
+                 "Score every trajectory id: ta, tb."):
         assert kept in seen, f"{kept[:40]!r} was cut"
     assert "tokens cut" in seen
     _, prompt_tokens, _ = judge.complete_with_usage(messages, max_tokens=1)
@@ -770,7 +790,8 @@ def test_rl_run_with_a_judge_that_rejects_the_prompt_skips_and_counts(tmp_path):
 
 
 def test_rl_run_with_a_judge_that_answers_garbage_skips_and_counts(tmp_path):
-    """A judge that never answers in JSON: each group is re-asked, then counted as failed and not trained on."""
+    """A judge that never answers in JSON: each group is re-asked, then counted as failed and not
+    trained on."""
     garbage = ScriptedJudge(lambda messages, call: "I like all of them!")
     result, rows = _judge_run(tmp_path, judge=garbage, model="smollm2-135m", steps=1)
     assert rows[0]["judge_failed_groups"] == 2 and rows[0].get("skipped_update")

@@ -1,4 +1,5 @@
-"""The fast generate_turn (course_lib.kv_cache) gives the tokens of the plain one (course_lib.rollout), greedily.
+"""The fast generate_turn (course_lib.kv_cache) gives the tokens of the plain one (course_lib.rollout),
+greedily.
 
 Real embedded model, short generations: the plain version re-reads the whole context for every token.
 """
@@ -18,8 +19,8 @@ TASKS = load_tasks("lookup", "test")[:3]
 
 
 def _prompt(tok, question: str) -> list[int]:
-    return tok(render(tok, [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": question}],
-                      add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    messages = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": question}]
+    return tok(render(tok, messages, add_generation_prompt=True), add_special_tokens=False)["input_ids"]
 
 
 def _close(a: list[list[float]], b: list[list[float]], atol: float) -> bool:
@@ -32,8 +33,8 @@ def test_fast_and_plain_generate_the_same_greedy_tokens_over_two_turns_with_the_
     # Two identical contexts (a group's first turn: run once) and a third sharing only the system prompt.
     questions = ["Name three colours.", "Name three colours.", "What is two plus two?"]
     builders = [TrajectoryBuilder(tok, [{"role": "system", "content": "You answer briefly."},
-                                        {"role": "user", "content": q}], task_id="t", group_id="g", traj_id=str(i),
-                                  end_of_turn_id=eot) for i, q in enumerate(questions)]
+                                        {"role": "user", "content": q}], task_id="t", group_id="g",
+                                  traj_id=str(i), end_of_turn_id=eot) for i, q in enumerate(questions)]
     caches = [None] * len(builders)
     stats = rollout.RolloutStats()
     for turn in range(2):
@@ -43,11 +44,13 @@ def test_fast_and_plain_generate_the_same_greedy_tokens_over_two_turns_with_the_
         plain = rollout.generate_turn(model, tok, contexts, max_new_tokens=6, temperature=0.0)
         assert fast[0] == plain[0] and fast[2] == plain[2], turn
         assert _close(fast[1], plain[1], logprob_atol(model, 1e-4)), turn
-        assert all(c is not None and c.ids == ctx + ids[:-1] for c, ctx, ids in zip(caches, contexts, fast[0]))
+        assert all(c is not None and c.ids == ctx + ids[:-1]
+                   for c, ctx, ids in zip(caches, contexts, fast[0]))
         ran = stats.prefill_tokens - before
         if turn == 0:  # the duplicate context and the shared system prompt were run once
             assert ran < sum(map(len, contexts[1:]))
-        else:  # each row ran at most the most tokens any row had new since its cache (last action token + observation)
+        else:  # each row ran at most the most tokens any row had new since its cache
+            # (last action token + observation)
             assert ran <= len(contexts) * max(len(b.traj.steps[-1].observation_ids) + 1 for b in builders)
         for b, ids, lps in zip(builders, fast[0], fast[1]):
             b.add_action(ids, lps)
@@ -68,14 +71,16 @@ def test_reused_kv_cache_gives_the_same_episodes_as_recomputing_the_context(poli
 
 def test_a_cache_is_used_only_up_to_where_its_tokens_match_the_context(policy):
     model, tok = policy
-    ctx, other = (tok(render(tok, [{"role": "user", "content": f"Name three {what}."}], add_generation_prompt=True),
-                      add_special_tokens=False)["input_ids"] for what in ("colours", "animals"))
+    ctx, other = (tok(render(tok, [{"role": "user", "content": f"Name three {what}."}],
+                             add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+                  for what in ("colours", "animals"))
     caches = [None, None]
     kv_cache.generate_turn(model, tok, [ctx, other], max_new_tokens=6, temperature=0.0, caches=caches)
     assert [c.ids[: len(x)] for c, x in zip(caches, (ctx, other))] == [ctx, other]
     # Swap them: each row's cache now matches its new context only up to "Name three".
     swapped = [caches[1], caches[0]]
-    with_cache = kv_cache.generate_turn(model, tok, [ctx, other], max_new_tokens=8, temperature=0.0, caches=swapped)[0]
+    with_cache = kv_cache.generate_turn(model, tok, [ctx, other], max_new_tokens=8, temperature=0.0,
+                                        caches=swapped)[0]
     without = kv_cache.generate_turn(model, tok, [ctx, other], max_new_tokens=8, temperature=0.0)[0]
     assert with_cache == without
 
@@ -102,22 +107,26 @@ def _bytes(model) -> int:
 
 
 def test_a_bf16_sampling_copy_equals_the_master_weights_rounded_after_an_update():
-    model, tok = load_policy("smollm2-135m", device=TEST_DEVICE)  # its own copy: this test changes its weights
+    # its own copy: this test changes its weights
+    model, tok = load_policy("smollm2-135m", device=TEST_DEVICE)
     assert kv_cache.sampling_copy(model, "float32") is model and kv_cache.synced(None, model) is model
     sampler = kv_cache.sampling_copy(model, "bfloat16")
     master, copied = list(model.parameters()), list(sampler.parameters())
     assert {p.dtype for p in master} == {torch.float32} and {p.dtype for p in copied} == {torch.bfloat16}
-    assert 2 * _bytes(sampler) == _bytes(model)  # the copy's memory: half the fp32 weights (a tied layer once)
+    # the copy's memory: half the fp32 weights (a tied layer once)
+    assert 2 * _bytes(sampler) == _bytes(model)
     tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
     assert (sampler.get_output_embeddings().weight is sampler.get_input_embeddings().weight) == tied
     assert all(b.dtype == a.dtype for a, b in zip(model.buffers(), sampler.buffers()))  # rotary frequencies
     assert all(not p.requires_grad for p in copied) and sampler.course_autocast is None
 
-    ids = tok("The cat sat on the mat because it was warm.", return_tensors="pt")["input_ids"].to(model.device)
+    ids = tok("The cat sat on the mat because it was warm.",
+              return_tensors="pt")["input_ids"].to(model.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(input_ids=ids, labels=ids).loss.backward()
     optimizer.step()  # an update of the fp32 master weights
-    assert any(not torch.equal(s, m.detach().to(torch.bfloat16)) for s, m in zip(copied, master))  # stale copy
+    # stale copy
+    assert any(not torch.equal(s, m.detach().to(torch.bfloat16)) for s, m in zip(copied, master))
     assert kv_cache.synced(sampler, model) is sampler  # refreshed before it samples
     assert all(torch.equal(s, m.detach().to(torch.bfloat16)) for s, m in zip(copied, master))
     with pytest.raises(ValueError, match="sample_dtype must be one of"):
@@ -125,8 +134,9 @@ def test_a_bf16_sampling_copy_equals_the_master_weights_rounded_after_an_update(
 
 
 def test_with_a_bf16_sampler_the_ratio_never_reads_the_samplers_log_probs(tmp_path):
-    """An RL step whose rollouts a bf16 copy samples, two PPO epochs: ℓ_old is the fp32 trainer's own first-epoch
-    ℓ (ratio exactly 1 in that epoch), and the metrics report how far the sampler's log-probs were from it."""
+    """An RL step whose rollouts a bf16 copy samples, two PPO epochs: ℓ_old is the fp32 trainer's own
+    first-epoch ℓ (ratio exactly 1 in that epoch), and the metrics report how far the sampler's log-probs
+    were from it."""
     model, tok = load_policy("smollm2-135m", device=TEST_DEVICE)  # its own copy: the step updates it
     config = TrainConfig(env="lookup", run_dir=str(tmp_path), tasks_per_step=1, group_size=2, progress=False,
                          rollout=dict(max_turns=1, max_new_tokens=6, sample_dtype="bfloat16"),

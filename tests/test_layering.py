@@ -138,10 +138,11 @@ def _judge_modules_but(*allowed: str) -> list[str]:
     ("course_lib.judge.answers", _judge_modules_but("errors", "answers")),
     ("course_lib.judge.prompts", _judge_modules_but("errors", "prompts")),
     ("course_lib.judge.backends", _judge_modules_but("errors", "backends")),
-    ("course_lib.judge.scoring", ["course_lib.judge.turns", "course_lib.judge.methods", "course_lib.judge.quality",
-                                  "course_lib.judge.server", "course_lib.judge.warm_start"]),
-    ("course_lib.judge.turns", ["course_lib.judge.methods", "course_lib.judge.quality", "course_lib.judge.server",
-                                "course_lib.judge.warm_start"]),
+    ("course_lib.judge.scoring", ["course_lib.judge.turns", "course_lib.judge.methods",
+                                  "course_lib.judge.quality", "course_lib.judge.server",
+                                  "course_lib.judge.warm_start"]),
+    ("course_lib.judge.turns", ["course_lib.judge.methods", "course_lib.judge.quality",
+                                "course_lib.judge.server", "course_lib.judge.warm_start"]),
     ("course_lib.judge.methods", ["course_lib.judge.quality", "course_lib.judge.server",
                                   "course_lib.judge.warm_start"]),
     # environments never import their task generators
@@ -190,11 +191,13 @@ def test_environment_modules_hold_no_task_generators():
         if name.startswith("course_lib.envs."):
             tree = ast.parse(path.read_text())
             defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-            assert not defined & {"make_tasks", "generate"}, f"{name} defines {defined & {'make_tasks', 'generate'}}"
+            assert not defined & {"make_tasks", "generate"}, (
+                f"{name} defines {defined & {'make_tasks', 'generate'}}")
 
 
 def test_no_module_is_over_the_size_limit():
-    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 

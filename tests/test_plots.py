@@ -17,7 +17,8 @@ def test_plots_have_titles_labels_and_fixed_colours():
     import matplotlib.colors as mcolors
     import matplotlib.pyplot as plt
 
-    curves = {"outcome": [(0, 0.2, 0.1, 0.3), (10, 0.5, 0.4, 0.6)], "gigpo": [(0, 0.2, 0.1, 0.3), (10, 0.6, 0.5, 0.7)]}
+    curves = {"outcome": [(0, 0.2, 0.1, 0.3), (10, 0.5, 0.4, 0.6)],
+              "gigpo": [(0, 0.2, 0.1, 0.3), (10, 0.6, 0.5, 0.7)]}
     ax = plots.plot_learning_curves(curves, "held-out success, lookup")
     assert ax.get_title() == "held-out success, lookup" and ax.get_ylabel() == "held-out success"
     assert ax.get_xlabel() == "training step" and ax.figure.dpi == plots.FIGURE_DPI
@@ -25,13 +26,18 @@ def test_plots_have_titles_labels_and_fixed_colours():
                                                                               plots.METHOD_COLORS["gigpo"]]
     assert len(ax.collections) == 2  # one shaded interval per method
     assert plots.method_color("gigpo (ω=0.5)") == plots.METHOD_COLORS["gigpo"]
-    variants = {"turn (aligned)": curves["outcome"], "turn (misaligned)": curves["gigpo"]}  # one method, two curves
-    colours = [mcolors.to_hex(line.get_color()) for line in plots.plot_learning_curves(variants, "two variants").get_lines()]
+    # one method, two curves
+    variants = {"turn (aligned)": curves["outcome"], "turn (misaligned)": curves["gigpo"]}
+    lines = plots.plot_learning_curves(variants, "two variants").get_lines()
+    colours = [mcolors.to_hex(line.get_color()) for line in lines]
     assert colours[0] == plots.METHOD_COLORS["turn"] and colours[1] in plots._EXTRA_COLORS
-    extra = plots.method_color("my method")  # not a known method: one of the extra colours, the same in every process
+    # not a known method: one of the extra colours, the same in every process
+    extra = plots.method_color("my method")
     assert extra in plots._EXTRA_COLORS and extra not in plots.METHOD_COLORS.values()
-    other = subprocess.run([sys.executable, "-c", "from course_lib import plots; print(plots.method_color('my method'))"],
-                           env=dict(os.environ, PYTHONHASHSEED="12345"), capture_output=True, text=True, check=True)
+    other = subprocess.run([sys.executable, "-c",
+                            "from course_lib import plots; print(plots.method_color('my method'))"],
+                           env=dict(os.environ, PYTHONHASHSEED="12345"), capture_output=True, text=True,
+                           check=True)
     assert other.stdout.strip() == extra
 
     ax = plots.plot_histogram([1, 1, 2, 3, 3, 3], "step-group sizes", "step-group size", method="gigpo")

@@ -73,7 +73,8 @@ def test_sft_step_reduces_masked_loss():
         with torch.no_grad():
             batch = {k: v.to(model.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        return sft_loss(logits, batch["input_ids"], batch["loss_mask"], attention_mask=batch["attention_mask"])[0].item()
+        return sft_loss(logits, batch["input_ids"], batch["loss_mask"],
+                        attention_mask=batch["attention_mask"])[0].item()
 
     before = masked_loss()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -98,7 +99,8 @@ def test_sft_step_micro_batches_give_the_full_batch_gradient():
     assert abs(losses[0] - losses[1]) < 1e-5
     relative = float((grads[0] - grads[1]).norm() / grads[0].norm())
     print(f"relative gradient difference: {relative:.2e}")
-    assert relative < 1e-4, relative  # measured 5.6e-7 on CPU, 2.4e-5 on an H200 (fp32; other kernels per shape)
+    # measured 5.6e-7 on CPU, 2.4e-5 on an H200 (fp32; other kernels per shape)
+    assert relative < 1e-4, relative
 
 
 def test_fp16_autocast_gradients_are_loss_scaled_so_small_ones_survive():
@@ -186,7 +188,8 @@ def test_critic_value_loss_does_not_depend_on_the_packing():
                              critic=dict(trains_backbone=True))
         out = update(model, head, optimizer, demos, zero, config,
                      0, device=model.device, autocast_dtype=None, old_values=old_values, returns=returns)
-        results.append((torch.cat([p.grad.flatten() for p in params if p.grad is not None]), out["value_loss"]))
+        grads = torch.cat([p.grad.flatten() for p in params if p.grad is not None])
+        results.append((grads, out["value_loss"]))
     (whole, loss_whole), (parts, loss_parts) = results
     assert abs(loss_whole - loss_parts) < 1e-6, (loss_whole, loss_parts)
     assert float((whole - parts).norm() / whole.norm()) < 1e-4
@@ -266,17 +269,19 @@ def test_ctrl_c_during_an_update_saves_the_finished_step(tmp_path):
 
 
 def test_a_checkpoint_that_cannot_be_written_says_why_and_keeps_the_previous_one(tmp_path, policy):
-    """A write that fails half-way (here the file-size limit, as a full disk would) raises an OSError naming the
-    free space, removes the partial folder and leaves the last good checkpoint in place."""
+    """A write that fails half-way (here the file-size limit, as a full disk would) raises an OSError naming
+    the free space, removes the partial folder and leaves the last good checkpoint in place."""
     model, tokenizer = policy
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     config, run_dir = _tiny(tmp_path), tmp_path / "run"
     save_checkpoint(run_dir, model, tokenizer, optimizer, None, 1, config.to_json())
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    # a write past the limit fails with EFBIG
+    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (50 * 2**20, hard))  # the weights alone are 514 MB
     try:
-        with pytest.raises(OSError, match=r"could not write the checkpoint of step 2 .* GB are free .* untouched"):
+        with pytest.raises(OSError,
+                           match=r"could not write the checkpoint of step 2 .* GB are free .* untouched"):
             save_checkpoint(run_dir, model, tokenizer, optimizer, None, 2, config.to_json())
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
@@ -287,28 +292,30 @@ def test_a_checkpoint_that_cannot_be_written_says_why_and_keeps_the_previous_one
 
 @pytest.mark.skipif(not bwrap_available(), reason="bubblewrap mounts the small disk")
 def test_a_run_whose_checkpoint_cannot_fit_fails_before_its_first_step(tmp_path):
-    """The run folder sits on a real 300 MB tmpfs (bubblewrap mounts it for the CLI process); a checkpoint of the
-    135M model needs about 1.6 GB, so the run stops before any rollout, with an error that says so."""
+    """The run folder sits on a real 300 MB tmpfs (bubblewrap mounts it for the CLI process); a checkpoint of
+    the 135M model needs about 1.6 GB, so the run stops before any rollout, with an error that says so."""
     small = tmp_path / "small"
     small.mkdir()
     run_dir = small / "run"
     cmd = ["bwrap", "--dev-bind", "/", "/", "--size", str(300 * 2**20), "--tmpfs", str(small), "--",
-           sys.executable, "-m", "course_lib", "train", "--env", "lookup", "--steps", "1", "--tasks-per-step", "1",
-           "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "8", "--eval-tasks", "0",
-           "--progress", "false", "--run-dir", str(run_dir)]
-    result = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, COURSE_THREADS="1"), capture_output=True, text=True,
-                            timeout=300)
+           sys.executable, "-m", "course_lib", "train", "--env", "lookup", "--steps", "1",
+           "--tasks-per-step", "1", "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "8",
+           "--eval-tasks", "0", "--progress", "false", "--run-dir", str(run_dir)]
+    result = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, COURSE_THREADS="1"), capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode != 0
     message = result.stderr.strip().splitlines()[-1]
-    assert re.search(r"has 0\.\d\d GB free, and a checkpoint of this run needs about 1\.\d\d GB .* no step was run",
+    assert re.search(r"has 0\.\d\d GB free, and a checkpoint of this run needs about 1\.\d\d GB "
+                     r".* no step was run",
                      message), result.stderr[-2000:]
 
 
 def test_cli_values_take_their_field_types():
     parser = argparse.ArgumentParser()
     _add_config_options(parser)
-    config = _config_from(parser.parse_args(["--bf16-autocast", "False", "--progress", "false", "--steps", "4e1",
-                                             "--lr", "1e-5", "--eps-high", "null", "--task-filter", '{"hops": 2}']))
+    config = _config_from(parser.parse_args(["--bf16-autocast", "False", "--progress", "false",
+                                             "--steps", "4e1", "--lr", "1e-5", "--eps-high", "null",
+                                             "--task-filter", '{"hops": 2}']))
     assert (config.optim.bf16_autocast, config.progress, config.steps) == (False, False, 40)
     assert config.optim.eps_high is None
     assert config.optim.lr == 1e-5 and config.task_filter == {"hops": 2}
@@ -321,7 +328,8 @@ def test_cli_values_take_their_field_types():
     (["eval", "--env", "bogus"], "environment 'bogus' does not exist"),
     (["eval", "--split", "dev"], "invalid choice: 'dev'"),
     (["eval", "--task-filter", "[1]"], "task_filter must be a dict"),
-    (["eval", "--task-filter", '{"hop": 2}'], "no task matches task_filter {'hop': 2}; the tasks' fields are: "),
+    (["eval", "--task-filter", '{"hop": 2}'],
+     "no task matches task_filter {'hop': 2}; the tasks' fields are: "),
     (["eval", "--n-tasks", "-5"], "--n-tasks must be at least 1"),
     (["train", "--env", "search_qa", "--task-filter", '{"hops": "2"}'], "no task matches"),
     (["train", "--credit", "bogus"], "credit 'bogus' is not known"),
@@ -341,7 +349,8 @@ def test_sft_step_skips_a_non_finite_gradient_and_keeps_the_weights():
     demos = expert_rollout(tokenizer, "lookup", load_tasks("lookup", "train")[:1])
     norm = model.get_decoder().norm.weight
     with torch.no_grad():
-        norm[0] = float("inf")  # the final norm's output, hence the loss and every gradient, become non-finite
+        # the final norm's output, hence the loss and every gradient, become non-finite
+        norm[0] = float("inf")
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     stats = sft_step(model, optimizer, demos, mask="assistant")
@@ -394,7 +403,8 @@ def test_the_nan_count_survives_a_resume_and_a_late_epoch_is_reported(tmp_path):
 
     config = _tiny(tmp_path, steps=3, tasks_per_step=1, rollout=dict(max_turns=1, max_new_tokens=4),
                    checkpoint_every=1)
-    assert train(config, reward_fn=_first_wins, loss_hook=poison)["step"] == 3  # two in a row: the run goes on
+    # two in a row: the run goes on
+    assert train(config, reward_fn=_first_wins, loss_hook=poison)["step"] == 3
     with pytest.raises(RuntimeError, match="3 updates in a row had a NaN/inf"):
         train(dataclasses.replace(config, steps=5), reward_fn=_first_wins, loss_hook=poison)
     assert [r["nonfinite"] for r in _train_rows(config.run_dir)] == [False, True, True, True]
@@ -443,7 +453,8 @@ def test_resume_after_sigkill_loses_and_repeats_no_step(tmp_path):
     assert proc.poll() is None, "the run ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    # The kill may land between a save's two renames: find_checkpoint recovers the previous one, as resuming does.
+    # The kill may land between a save's two renames: find_checkpoint recovers the previous one, as
+    # resuming does.
     killed_at = json.loads((find_checkpoint(run_dir) / "step.json").read_text())["step"]
     assert 1 <= killed_at < steps
 
@@ -475,4 +486,5 @@ def test_the_command_line_takes_its_defaults_from_the_functions():
         for name, param in inspect.signature(fn).parameters.items():
             if param.default is not inspect.Parameter.empty and hasattr(args, name):
                 assert getattr(args, name) == param.default, (command, name)
-    assert cli._signature_values(parser.parse_args(["sft", "--steps", "4e1", "--lr", "1e-4"]), "sft")["steps"] == 40
+    values = cli._signature_values(parser.parse_args(["sft", "--steps", "4e1", "--lr", "1e-4"]), "sft")
+    assert values["steps"] == 40

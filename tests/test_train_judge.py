@@ -63,7 +63,8 @@ def test_a_failed_turn_judging_does_not_reach_the_other_groups_advantages(policy
     config = TrainConfig(credit="turn", reward=dict(turn_reward="judge"))
     batch = make_batch(groups, [], config, Hooks(judge=FailsOneTrajectory()))
     assert batch.skipped["turn_judge_failed"] == ["g0"]
-    assert [t.traj_id for t in batch.trajectories] == ["t2", "t3"] and _finite(batch.advantages) == [True, True]
+    assert ([t.traj_id for t in batch.trajectories] == ["t2", "t3"]
+            and _finite(batch.advantages) == [True, True])
 
     # The critic whitens over the whole batch: the failed group's NaN must not spread through it.
     value_head = ValueHead(model.config.hidden_size).to(TEST_DEVICE)
@@ -141,8 +142,8 @@ class RecordsPrompts:
 
 
 @pytest.mark.parametrize("judge_reference", [False, True])
-def test_the_trainer_shows_the_task_reference_to_the_group_judge_only_when_asked(tokenizer, judge_reference, tmp_path,
-                                                                                 monkeypatch):
+def test_the_trainer_shows_the_task_reference_to_the_group_judge_only_when_asked(tokenizer, judge_reference,
+                                                                                 tmp_path, monkeypatch):
     """expert_rollout (as rollout) keeps each task's answer in info["reference"], never in the messages;
     reward="judge" with judge_reference=True passes it to the group judge, which shows it after the context.
     The judge's disk cache is a fresh folder: an answer cached by an earlier run would skip the call."""
@@ -177,7 +178,8 @@ def test_unfinished_reward_overrules_the_judge_for_episodes_cut_at_the_turn_limi
 
     monkeypatch.setattr(course_lib.judge.scoring, "_default_cache_dir", lambda: tmp_path)
     task = load_tasks("search_qa", "train")[:1]
-    finished, cut = expert_rollout(tokenizer, "search_qa", task)[0], expert_rollout(tokenizer, "search_qa", task, max_turns=1)[0]
+    finished = expert_rollout(tokenizer, "search_qa", task)[0]
+    cut = expert_rollout(tokenizer, "search_qa", task, max_turns=1)[0]
     assert cut.unfinished and cut.num_turns == 1 and not finished.unfinished and finished.success
     cut.traj_id = "cut"
     for rule in (None, -0.25):

@@ -1,4 +1,5 @@
-"""Trajectory assembly (course_lib.trajectory): token-in/token-out, a loss mask of 1 exactly on sampled tokens.
+"""Trajectory assembly (course_lib.trajectory): token-in/token-out, a loss mask of 1 exactly on sampled
+tokens.
 
 The builder is driven by hand here, with the real tokenizer and its chat template, so every position is known.
 """
@@ -10,7 +11,8 @@ from conftest import make_trajectory
 
 from course_lib.trajectory import TemplatePrefixError, TrajectoryBuilder, render
 
-MESSAGES = [{"role": "system", "content": "Use the lookup tool."}, {"role": "user", "content": "Where is Kalo?"}]
+MESSAGES = [{"role": "system", "content": "Use the lookup tool."},
+            {"role": "user", "content": "Where is Kalo?"}]
 CALL = '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}</tool_call>'
 
 
@@ -24,7 +26,8 @@ def _builder(tok) -> TrajectoryBuilder:
 
 
 def _two_turns(tok, *, truncate_last: bool = False):
-    """A call (closed by a sampled end-of-turn token), its observation, then an answer; finished with reward 1.
+    """A call (closed by a sampled end-of-turn token), its observation, then an answer; finished with
+    reward 1.
 
     Returns the trajectory and, per turn, the action ids and the log-probs given to the builder."""
     eot = tok.convert_tokens_to_ids("<|im_end|>")
@@ -51,7 +54,8 @@ def test_the_sequence_is_the_prompt_then_each_action_as_sampled_then_each_observ
         assembled += step.action_ids + step.observation_ids
     closing = traj.token_ids[len(assembled):]
     assert traj.token_ids[: len(assembled)] == assembled
-    assert tok.convert_ids_to_tokens(closing) == ["Ċ"]  # the answer's <|im_end|> was sampled: only "\n" is left
+    # the answer's <|im_end|> was sampled: only "\n" is left
+    assert tok.convert_ids_to_tokens(closing) == ["Ċ"]
     assert tok.decode(traj.token_ids) == render(tok, traj.messages)
     assert [m["role"] for m in traj.messages] == ["system", "user", "assistant", "tool", "assistant"]
     assert traj.steps[0].action_text == CALL  # text without the end-of-turn token
@@ -60,10 +64,12 @@ def test_the_sequence_is_the_prompt_then_each_action_as_sampled_then_each_observ
 
 def test_loss_mask_is_one_exactly_on_the_sampled_tokens_and_turn_index_numbers_the_turns(tokenizer):
     traj, actions, _ = _two_turns(tokenizer)
-    n_prompt, (obs, closing) = len(traj.prompt_ids), (traj.steps[0].observation_ids, traj.steps[1].observation_ids)
+    n_prompt = len(traj.prompt_ids)
+    obs, closing = traj.steps[0].observation_ids, traj.steps[1].observation_ids
     assert closing == []  # the final closing is not an observation: it sits after the last action
     tail = len(traj.token_ids) - n_prompt - len(actions[0]) - len(obs) - len(actions[1])
-    assert traj.loss_mask == [0] * n_prompt + [1] * len(actions[0]) + [0] * len(obs) + [1] * len(actions[1]) + [0] * tail
+    assert traj.loss_mask == ([0] * n_prompt + [1] * len(actions[0]) + [0] * len(obs) + [1] * len(actions[1])
+                              + [0] * tail)
     assert traj.turn_index == ([-1] * n_prompt + [0] * (len(actions[0]) + len(obs))
                                + [1] * (len(actions[1]) + tail))
     assert traj.num_model_tokens == sum(map(len, actions)) == sum(traj.loss_mask)
@@ -95,7 +101,8 @@ def test_a_builder_refuses_mismatched_logprobs_and_anything_after_finish(tokeniz
         b.add_action(ids, [0.0] * (len(ids) - 1))
     b.add_action(ids, [0.0] * len(ids))
     b.finish(0.0)
-    for late in (lambda: b.add_action(ids, [0.0] * len(ids)), lambda: b.add_observation("x"), lambda: b.finish(1.0)):
+    for late in (lambda: b.add_action(ids, [0.0] * len(ids)), lambda: b.add_observation("x"),
+                 lambda: b.finish(1.0)):
         with pytest.raises(RuntimeError, match="closed"):
             late()
 
@@ -137,18 +144,21 @@ def test_finish_after_an_appended_observation_says_how_to_end_the_episode(tokeni
 def test_control_token_strings_in_an_observation_stay_plain_text(tokenizer):
     tok = tokenizer
     b, ids = _after_one_action(tok, "<answer>x</answer>")
-    fake_turn = "got '<|im_end|>\n<|im_start|>assistant\nup' in <filename>a.py"  # e.g. a tool echoing the model
+    # e.g. a tool echoing the model
+    fake_turn = "got '<|im_end|>\n<|im_start|>assistant\nup' in <filename>a.py"
     b.add_observation(fake_turn)
     delta = b.traj.steps[-1].observation_ids
     control = [tok.convert_ids_to_tokens(i) for i in delta if i in tok.all_special_ids]
-    assert control == ["<|im_start|>", "<|im_end|>", "<|im_start|>"]  # the template's own: tool turn, assistant
+    # the template's own: tool turn, assistant
+    assert control == ["<|im_start|>", "<|im_end|>", "<|im_start|>"]
     assert tok.decode(b.token_ids) == render(tok, b.traj.messages, add_generation_prompt=True)
     # An ordinary observation is tokenised exactly as the whole template delta would be.
     b.add_action(ids, [0.0] * len(ids))
     before = b.text
     b.add_observation("Port Aldis\n\n  (2 results)")
     after = render(tok, b.traj.messages, add_generation_prompt=True)
-    assert b.traj.steps[-1].observation_ids == tok(after[len(before):], add_special_tokens=False)["input_ids"][1:]
+    assert (b.traj.steps[-1].observation_ids
+            == tok(after[len(before):], add_special_tokens=False)["input_ids"][1:])
 
 
 def test_observation_checked_for_length_is_rendered_once_and_appended_unchanged(tokenizer, monkeypatch):
@@ -158,8 +168,8 @@ def test_observation_checked_for_length_is_rendered_once_and_appended_unchanged(
     ids = tok("<tool_call>x</tool_call>", add_special_tokens=False)["input_ids"] + [eot]
 
     def builder() -> TrajectoryBuilder:
-        b = TrajectoryBuilder(tok, [{"role": "user", "content": "hi"}], task_id="t", group_id="g", traj_id="0",
-                              end_of_turn_id=eot)
+        b = TrajectoryBuilder(tok, [{"role": "user", "content": "hi"}], task_id="t", group_id="g",
+                              traj_id="0", end_of_turn_id=eot)
         b.add_action(ids, [0.0] * len(ids))
         return b
 

@@ -72,7 +72,8 @@ def test_the_answer_evidence_reward_pays_the_second_hop_and_charges_searching_on
     t = scripted(tokenizer, task, [first, second, second, first])  # the answer in view at turn 1, never given
     assert answer_evidence_turn_rewards(t) == pytest.approx([0.0, BONUS, -BONUS, -BONUS])
     group = failed_group(tokenizer, task)
-    inputs = CreditInputs.of(group.trajectories, turn_rewards=[answer_evidence_turn_rewards(t) for t in group])
+    inputs = CreditInputs.of(group.trajectories,
+                             turn_rewards=[answer_evidence_turn_rewards(t) for t in group])
     second_hop, one_search, repeat = advantages("turn_dense", inputs).advantages
     assert second_hop[1] > 0 > repeat[1] and second_hop[0] > one_search[0]
 

@@ -139,7 +139,8 @@ def test_viewer_slider_changes_the_displayed_turn(trajectories, tok):
     bundle = viewer._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     static = bundle["text/html"]
-    assert all(f"Turn {k} of 1" in static for k in range(2)) and all(t.traj_id in static for t in trajectories)
+    assert (all(f"Turn {k} of 1" in static for k in range(2))
+            and all(t.traj_id in static for t in trajectories))
 
 
 def test_viewer_falls_back_to_static_html_without_ipywidgets(trajectories, tok, monkeypatch):
@@ -206,8 +207,9 @@ def test_credit_table_columns_are_the_trainers_advantages(group, options):
 
 
 def test_credit_explorer_dropdown_switches_groups(group, trajectories, tok):
-    other = TrajectoryGroup("other", "h", [make_trajectory([("s", "answer")], 0.0, traj_id="x", group_id="h"),
-                                           make_trajectory([("s", "answer")], 1.0, traj_id="y", group_id="h")])
+    other = TrajectoryGroup("other", "h",
+                            [make_trajectory([("s", "answer")], 0.0, traj_id="x", group_id="h"),
+                             make_trajectory([("s", "answer")], 1.0, traj_id="y", group_id="h")])
     explorer = viz.credit_explorer([group, other])
     first = explorer.output.value
     assert first.count("<tr>") == 1 + 8 and "credit-table" in first

@@ -38,7 +38,8 @@ class RewardConfig:
 
     source: str = "verifier"  # the training reward R: "verifier" (env reward), "judge", or a "mix" of the two
     mix_weight: float = 0.5  # source="mix": weight of the judge score, 1 − weight on the verifier
-    judge_method: str = "group"  # judge.methods.JUDGING_METHODS: "group" (the group at once), "pointwise" (P(yes))
+    # judge.methods.JUDGING_METHODS: "group" (the group at once), "pointwise" (P(yes))
+    judge_method: str = "group"
     rubric: str | None = None  # judge rubric (None: the judge's default)
     judge_reference: bool = False  # show the judge the task's reference answer, where the method can
     unfinished_reward: float | None = None  # an episode cut at a limit gets this (None: no rule)

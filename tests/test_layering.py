@@ -124,10 +124,11 @@ def _judge_modules_but(*allowed: str) -> list[str]:
     ("course_lib.credit", ["course_lib.train", "course_lib.judge", "course_lib.sft",
                            "course_lib.evaluate", "course_lib.checkpoint", "course_lib.rollout"]),
     # batching and the model forward know nothing of advantages or configs
-    ("course_lib.batching", ["course_lib.credit", "course_lib.train", "course_lib.sft", "course_lib.checkpoint",
-                             "course_lib.evaluate", "course_lib.judge"]),
+    ("course_lib.batching", ["course_lib.credit", "course_lib.train", "course_lib.sft",
+                             "course_lib.checkpoint", "course_lib.evaluate", "course_lib.judge"]),
     # checkpoints and the metrics file take plain data, not TrainConfig
-    ("course_lib.checkpoint", ["course_lib.train", "course_lib.credit", "course_lib.sft", "course_lib.evaluate"]),
+    ("course_lib.checkpoint", ["course_lib.train", "course_lib.credit", "course_lib.sft",
+                               "course_lib.evaluate"]),
     # the warm start and evaluation sit below the trainer, and know nothing of credit or the judge
     ("course_lib.sft", ["course_lib.train", "course_lib.credit", "course_lib.evaluate", "course_lib.judge"]),
     ("course_lib.evaluate", ["course_lib.train", "course_lib.credit", "course_lib.judge"]),

@@ -30,6 +30,26 @@ from .config import TrainConfig
 from .critic import micro_batch_value_loss
 
 
+def _reference_logprobs(ref_model, batch: dict, device, autocast_dtype, temperature: float):
+    """ℓ_ref of the micro-batch under the frozen starting model (the KL penalty's reference), or None."""
+    if ref_model is None:
+        return None
+    with torch.no_grad():
+        return forward_logprobs(ref_model, batch, device, autocast_dtype, temperature)[0]
+
+
+def _add_diagnostics(sums: Counter, stats: dict, logits: torch.Tensor, logprobs: torch.Tensor, batch: dict,
+                     n_items: int) -> None:
+    """Add one micro-batch's share of the first epoch's diagnostics (clip fraction, ratio, KL, entropy,
+    the sampler's log-prob gap), weighted by its share of the batch's model tokens."""
+    weight = stats["tokens"] / max(1, n_items)
+    for key in ("clip_fraction_region", "ratio_mean", "kl"):
+        if key in stats:
+            sums[key] += stats[key] * weight
+    sums["entropy"] += entropy(logits.detach()) * weight
+    sums["sampler_logprob_gap"] += sampler_gap(batch, logprobs) / max(1, n_items)
+
+
 def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: list[torch.Tensor],
            config: TrainConfig, step: int, *, device, autocast_dtype, ref_model=None,
            old_values: list[torch.Tensor] | None = None, returns: list[torch.Tensor] | None = None,
@@ -65,10 +85,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
             # with a bf16 sampler the first epoch's ℓ (weights before this update: no bf16 ℓ in the ratio).
             old = (batch["old_logprobs"].to(device) if old_from_sampler
                    else first_epoch.setdefault(j, logprobs.detach()))
-            ref = None
-            if ref_model is not None:
-                with torch.no_grad():
-                    ref = forward_logprobs(ref_model, batch, device, autocast_dtype, rollout.temperature)[0]
+            ref = _reference_logprobs(ref_model, batch, device, autocast_dtype, rollout.temperature)
             loss_type, share = micro_batch_loss(optim.loss_type, len(rows), len(trajs))
             loss, stats = policy_loss(logprobs, old, batch["advantages"].to(device),
                                       batch["loss_mask"].to(device), loss_type=loss_type,
@@ -87,12 +104,7 @@ def update(model, value_head, optimizer, trajs: list[Trajectory], advantages: li
             (loss * scale).backward()
             total_loss += loss.item()
             if epoch == 0:
-                weight = stats["tokens"] / max(1, n_items)
-                for key in ("clip_fraction_region", "ratio_mean", "kl"):
-                    if key in stats:
-                        sums[key] += stats[key] * weight
-                sums["entropy"] += entropy(logits.detach()) * weight
-                sums["sampler_logprob_gap"] += sampler_gap(batch, logprobs) / max(1, n_items)
+                _add_diagnostics(sums, stats, logits, logprobs, batch, n_items)
         unscale_gradients(params, scale)
         grad_norm, *head_norm = [float(torch.nn.utils.clip_grad_norm_(g["params"], optim.max_grad_norm))
                                  for g in optimizer.param_groups]  # apart: V's norm must not shrink π's step

@@ -131,8 +131,8 @@ def check(spec: RewardConfig, judge: Any = None) -> None:
     needs = uses_judge(spec)
     if needs and judge is None:
         raise ValueError(f"{needs[0]} needs a judge backend and there is no default one: pass judge= to "
-                         "train(), e.g. course_lib.judge.LocalJudge() with judge_method='pointwise' (the "
-                         "embedded model) or OpenAIJudge(base_url=...) (a served one)")
+                         "train(), e.g. course_lib.judge.backends.LocalJudge() with judge_method='pointwise' "
+                         "(the embedded model) or OpenAIJudge(base_url=...) (a served one)")
 
 
 # ----- a step's rewards -----------------------------------------------------------------------------------

@@ -18,11 +18,15 @@ from typing import Any
 
 import torch
 
+from course_lib.lora import is_adapted
+
 
 def checkpoint_bytes(model, value_head=None) -> int:
-    """What `save_checkpoint` writes, give or take the tokenizer: the weights, plus AdamW's two moments per
-    weight (exp_avg, exp_avg_sq, same dtype), for the model and the value head: 3 x the parameter bytes."""
+    """What `save_checkpoint` writes, give or take the tokenizer: the trained weights (all of them, or only
+    the LoRA adapters), plus AdamW's two moments per weight (exp_avg, exp_avg_sq, same dtype), for the model
+    and the value head: 3 x the trained parameters' bytes."""
     params = list(model.parameters()) + (list(value_head.parameters()) if value_head is not None else [])
+    params = [p for p in params if p.requires_grad]
     return 3 * sum(p.numel() * p.element_size() for p in params)
 
 
@@ -37,7 +41,9 @@ def save_checkpoint(run_dir: Path, model, tokenizer, optimizer, value_head, step
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        model.save_pretrained(tmp / "model")
+        # a LoRA model saves its adapters only (no embedding layers: they are not adapted)
+        options = {"save_embedding_layers": False} if is_adapted(model) else {}
+        model.save_pretrained(tmp / "model", **options)
         tokenizer.save_pretrained(tmp / "model")
         rng = {"torch": torch.get_rng_state(), "python": random.getstate(),
                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}

@@ -31,6 +31,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
+from course_lib import lora
 from course_lib.models import autocast_context, end_of_turn_id, sample_next
 from course_lib.protocol import completes_stop_string
 
@@ -62,8 +63,11 @@ def sampling_copy(model, sample_dtype: str = "float32"):
     whose weights are bf16 (2 bytes a weight instead of 4: half the bytes each decode step reads), while
     `model` keeps the fp32 master weights that the optimizer updates. The copy costs 2 bytes per weight
     (269 MB for the embedded model); `synced` makes it equal to the master weights, rounded to bf16, again
-    before each rollout."""
+    before each rollout. A model with LoRA adapters gets a merged copy (`lora.merged_copy`) in either
+    dtype."""
     check_sample_dtype(sample_dtype)
+    if lora.is_adapted(model):  # a merged copy in either dtype: decode steps do not pay for the adapters
+        return lora.merged_copy(model, getattr(torch, sample_dtype))
     if sample_dtype == "float32":
         return model
     sampler = copy.deepcopy(model)
@@ -79,6 +83,9 @@ def refresh_sampler(sampler, model) -> None:
     """Copy `model`'s (master) weights into the sampling copy, each rounded to the copy's dtype (nothing to do
     when there is no copy: `sampler` None or the model itself)."""
     if sampler is None or sampler is model:
+        return
+    if lora.is_adapted(model):
+        lora.refresh_merged(sampler, model)
         return
     for s, m in zip(sampler.parameters(), model.parameters(), strict=True):
         s.copy_(m)

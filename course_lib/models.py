@@ -150,19 +150,24 @@ def load_policy(name: str = EMBEDDED, device: str | None = None, dtype: torch.dt
     """Load a policy model and its tokenizer: `(model, tokenizer)`.
 
     name: "smollm2-135m" (embedded, works offline), a local checkpoint folder, a short name from
-    `HUB_MODELS`, or any hub id (online only). The model is in eval mode on the chosen device; its
+    `HUB_MODELS`, or any hub id (online only). A folder of LoRA adapters (a checkpoint of a run with
+    `lora_rank`) loads the model they sit on with the adapters merged in. The model is in eval mode on the
+    chosen device; its
     `course_autocast` attribute holds the autocast dtype to use (None for none). Its attention is
     `decode_attention`'s: transformers' SDPA, except for decode steps (one new token per row).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    from course_lib import decode_attention
+    from course_lib import decode_attention, lora
 
+    if (base := lora.adapter_base(name)) is not None:
+        model, tokenizer = load_policy(base, device=device, dtype=dtype)
+        return lora.load_adapters(model, name, trainable=False).merge_and_unload(), tokenizer
     dev = pick_device(device)
     weight_dtype, autocast_dtype = pick_dtype(dev, dtype)
     path = resolve_model_path(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = _tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=weight_dtype)
     except OSError as exc:
         if name == EMBEDDED or Path(name).exists():
@@ -171,13 +176,21 @@ def load_policy(name: str = EMBEDDED, device: str | None = None, dtype: torch.dt
             f"could not load {name!r} ({path}) from the Hugging Face hub: {exc}. "
             f"Offline, use the embedded default load_policy({EMBEDDED!r})."
         ) from exc
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model.to(dev).eval()
     model.course_autocast = autocast_dtype
     decode_attention.install(model)  # a decode step's attention on the grouped K/V heads (see that module)
     return model, tokenizer
+
+
+def _tokenizer(path: str):
+    """The tokenizer saved at `path`, padding on the left (the engine's batches) with a pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def end_of_turn_id(tokenizer) -> int:

@@ -60,6 +60,8 @@ class OptimConfig:
     ppo_epochs: int = 1  # updates per rollout batch (>1 uses the sampling log-probs as ℓ_old, see `update`)
     token_budget: int = 2048  # padded tokens per micro-batch (gradient accumulation over micro-batches)
     bf16_autocast: bool | None = None  # bf16 autocast of forward passes (None: CPU on, GPU model's)
+    lora_rank: int = 0  # >0: train LoRA adapters of this rank on every projection (course_lib.lora), not W
+    lora_alpha: float = 32.0  # LoRA's α: an adapted layer adds (α / r) B A x
 
 
 @dataclass
@@ -168,6 +170,9 @@ class Hooks:
 def check(config: TrainConfig, judge: Any = None) -> None:
     """Wrong names and settings, before anything loads: a ValueError that says what to do."""
     rewards.check(config.reward, judge)
+    if config.optim.lora_rank < 0:
+        raise ValueError(f"optim.lora_rank must be 0 (full fine-tuning) or a LoRA rank >= 1, "
+                         f"got {config.optim.lora_rank}")
     if not config.rollout.temperature > 0:
         raise ValueError(f"temperature must be > 0 for training (the loss divides the logits by it), "
                          f"got {config.rollout.temperature}")

@@ -31,9 +31,10 @@ def make_value_head(config: TrainConfig, model) -> ValueHead | None:
 
 
 def param_groups(config: TrainConfig, model, value_head: ValueHead | None) -> list[dict]:
-    """AdamW's parameter groups: the policy at `optim.lr`, the value head (if any) at `critic.lr`. Apart, so
-    that each group's gradient is clipped on its own (V's norm must not shrink π's step)."""
-    groups = [{"params": list(model.parameters()), "lr": config.optim.lr}]
+    """AdamW's parameter groups: the policy's trainable weights (all, or its LoRA adapters) at `optim.lr`, the
+    value head (if any) at `critic.lr`. Apart, so that each group's gradient is clipped on its own (V's norm
+    must not shrink π's step)."""
+    groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": config.optim.lr}]
     if value_head is not None:
         groups.append({"params": list(value_head.parameters()), "lr": config.critic.lr})
     return groups

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from course_lib import rewards
+from course_lib import lora, rewards
 from course_lib.batching import use_bf16
 from course_lib.checkpoint import (
     DeferredInterrupt,
@@ -137,8 +137,7 @@ def load_run(config: TrainConfig, metrics_path: Path) -> Run:
     sampler, and restore the checkpoint's state; a fresh run starts an empty metrics file."""
     run_dir = Path(config.run_dir)
     checkpoint = find_checkpoint(run_dir)
-    model, tokenizer = load_policy(str(checkpoint / "model") if checkpoint else config.model,
-                                   device=config.device)
+    model, tokenizer = _load_model(config, checkpoint)
     device = next(model.parameters()).device
     autocast_dtype = torch.bfloat16 if use_bf16(config.optim.bf16_autocast, device) else model.course_autocast
     # Generation keeps the model's own choice: at decoding batch sizes bf16 autocast on a CPU costs more
@@ -155,6 +154,19 @@ def load_run(config: TrainConfig, metrics_path: Path) -> Run:
     else:
         metrics_path.write_text("")
     return Run(config, model, tokenizer, device, autocast_dtype, value_head, optimizer, start=start)
+
+
+def _load_model(config: TrainConfig, checkpoint: Path | None):
+    """The policy to train and its tokenizer: the checkpoint's weights when resuming, else `config.model`'s;
+    with `optim.lora_rank`, `config.model` frozen under the checkpoint's (or fresh) LoRA adapters."""
+    if not config.optim.lora_rank:
+        return load_policy(str(checkpoint / "model") if checkpoint else config.model, device=config.device)
+    model, tokenizer = load_policy(config.model, device=config.device)
+    if checkpoint:
+        return lora.load_adapters(model, checkpoint / "model"), tokenizer
+    optim = config.optim
+    torch.manual_seed(config.seed)  # A's random start: the same adapters for the same seed
+    return lora.add_adapters(model, optim.lora_rank, optim.lora_alpha, base=config.model), tokenizer
 
 
 def train(config: TrainConfig, *, judge: Any = None, reward_fn: Callable[[Trajectory], float] | None = None,
@@ -180,10 +192,12 @@ def train(config: TrainConfig, *, judge: Any = None, reward_fn: Callable[[Trajec
         check_disk_for_checkpoint(run_dir, run.model, run.value_head)
     run.ref_model = load_policy(config.model, device=config.device)[0] if config.optim.beta > 0 else None
     run.sampler = sampling_copy(run.model, config.rollout.sample_dtype)
+    # evaluation runs fp32 weights: the model itself, or (LoRA) a merged fp32 copy, the sampler's if it is one
+    evaluator = run.sampler if config.rollout.sample_dtype == "float32" else sampling_copy(run.model)
 
     def run_eval(step: int) -> dict:
         t0 = time.perf_counter()
-        result = evaluate(run.model, config.env, tokenizer=run.tokenizer, tasks=test_tasks,
+        result = evaluate(synced(evaluator, run.model), config.env, tokenizer=run.tokenizer, tasks=test_tasks,
                           max_turns=config.rollout.max_turns, max_new_tokens=config.rollout.max_new_tokens,
                           max_context=config.rollout.max_context)
         row = {"step": step, "kind": "eval", **result, "seconds_eval": time.perf_counter() - t0}

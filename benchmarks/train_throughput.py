@@ -13,6 +13,11 @@ took no time, an upper bound for this model at this batch on this machine; and t
 block's linear products run alone (forward, input gradient, weight gradient) at the micro-batch's row count.
 
     python benchmarks/train_throughput.py [--demos 24] [--token-budget 2048] [--threads 2] [--device cuda]
+    python benchmarks/train_throughput.py --lora 16 --repeats 5   # full fine-tuning against LoRA adapters
+
+`--lora RANK` instead times the bf16-autocast update of full fine-tuning and of LoRA adapters of that rank
+(`course_lib.lora`, every projection) on the same batch, alternating (full, LoRA, full, ...) after one
+warm-up each, and prints the seconds of each update and the ratio of the medians.
 
 The batch is real: expert demonstrations of search_qa (one- and two-hop questions, so lengths vary),
 with random advantages. A benchmark script, not a test; a few minutes on 2 cores.
@@ -21,10 +26,12 @@ with random advantages. A benchmark script, not a test; a few minutes on 2 cores
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
 
+from course_lib import lora
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
 from course_lib.rollout import expert_rollout
@@ -114,6 +121,31 @@ def measure(model, tokenizer, demos, *, bf16: bool, token_budget: int, repeats: 
     return best
 
 
+def compare_lora(demos, rank: int, *, token_budget: int, repeats: int, device: torch.device) -> None:
+    """Seconds of one bf16-autocast update, full fine-tuning against LoRA adapters of `rank`, alternating."""
+    config = TrainConfig(optim=dict(token_budget=token_budget, bf16_autocast=True, lr=1e-7))
+    advantages = random_advantages(demos)
+    arms = {}
+    for name in ("full", f"lora r{rank}"):
+        model = load_policy("smollm2-135m", device=str(device), dtype="float32")[0]
+        if name != "full":
+            model = lora.add_adapters(model, rank, 32.0, base="smollm2-135m")
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-7)
+        arms[name] = (model, optimizer, [])
+    for i in range(repeats + 1):  # the first round warms up (allocations, AdamW state)
+        for model, optimizer, seconds in arms.values():
+            _sync(device)
+            r = update(model, None, optimizer, demos, advantages, config, 0, device=device,
+                       autocast_dtype=torch.bfloat16)
+            if i:
+                seconds.append(r["seconds_update"])
+    for name, (model, _, seconds) in arms.items():
+        print(f"{name:<10} {lora.trainable_count(model) / 1e6:6.1f} M trained weights; seconds per update: "
+              + ", ".join(f"{s:.2f}" for s in seconds) + f" (median {statistics.median(seconds):.2f})")
+    full, adapted = (statistics.median(s) for _, _, s in arms.values())
+    print(f"LoRA / full, median update time: {adapted / full:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--demos", type=int, default=24, help="demonstrations in the batch")
@@ -121,6 +153,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="timed updates per dtype (after one warm-up)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--lora", type=int, default=0,
+                        help="only compare full fine-tuning with LoRA adapters of this rank")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -137,6 +171,9 @@ def main() -> None:
           f"{sum(lengths)} tokens (lengths {min(lengths)}-{max(lengths)}, {scored} of them model tokens); "
           f"token budget {args.token_budget}; "
           f"{torch.cuda.get_device_name(0) if device.type == 'cuda' else f'{args.threads} threads'}")
+    if args.lora:
+        compare_lora(demos, args.lora, token_budget=args.token_budget, repeats=args.repeats, device=device)
+        return
 
     header = f"{'dtype':<16}{'tokens/s':>10}{'padding':>10}{'achieved':>14}{'matmul peak':>14}{'of peak':>9}"
     print(header)

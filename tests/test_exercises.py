@@ -3,6 +3,10 @@
 A stub gets "Not implemented yet", the reference "Correct!", the wrong answer its specific hint; the stub and
 the wrong answer get the reference back, so the notebook's later cells run. Under COURSE_SOLUTIONS=1 (CI)
 a stub is graded as the reference, and a wrong answer raises.
+
+The checks of the chapters' key ideas (03's trajectory and mask, 04's clipped loss, 05's group advantage)
+and the two that a text search once passed (00's is_tool_call, 10's is_hack_attempt) are also fed each
+typical mistake they target, and each must get its own hint.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import torch
 
 from course_lib.course import solutions as sol
 from course_lib.course.grading import ExerciseFailed
+from course_lib.losses import policy_loss
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 # one module of checks per notebook: course_lib.course.exercises.nb00 ... nb11
@@ -86,6 +91,140 @@ def _run_one_step(env, task, policy):
     return env.step(policy(env)).reward
 
 
+# ----- typical mistakes of the key-idea checks ---------------------------------------------------------
+
+
+def _batch_normalised(rewards, eps=1e-4):
+    """Every reward against the whole batch's mean and std: no groups."""
+    r = torch.as_tensor(rewards, dtype=torch.float32)
+    return (r - r.mean()) / (r.std() + eps)
+
+
+def _in_groups(rewards, group_ids, eps=1e-4, *, skip_flat=True, sign=1.0, scale=True, correction=1):
+    """Group advantages with one thing changed: no special case for flat groups, the sign, no std, or the
+    biased std."""
+    r = torch.as_tensor(rewards, dtype=torch.float32)
+    out = torch.zeros_like(r)
+    for g in dict.fromkeys(group_ids):
+        rows = [i for i, x in enumerate(group_ids) if x == g]
+        x = r[rows]
+        if skip_flat and (len(rows) == 1 or torch.all(x == x[0])):
+            continue
+        centred = x - x.mean()
+        out[rows] = sign * (centred / (x.std(correction=correction) + eps) if scale else centred)
+    return out
+
+
+def _in_blocks_of_four(rewards, group_ids, eps=1e-4):
+    """Takes groups to be consecutive blocks of four rollouts."""
+    return _in_groups(rewards, [i // 4 for i in range(len(rewards))], eps)
+
+
+def _objective(logprobs, old_logprobs, advantages, eps_low, eps_high):
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    a = advantages[:, None]
+    return torch.min(ratio * a, ratio.clamp(1 - eps_low, 1 + eps_high) * a)
+
+
+def _loss_with(mistake):
+    """A policy loss with one mistake."""
+    def loss(lp, old, a, m, eps_low=0.2, eps_high=0.2):
+        ratio = torch.exp(lp - old)
+        objective = _objective(lp, old, a, eps_low, eps_high)
+        if mistake == "objective":
+            return (objective * m).sum() / m.sum()
+        if mistake == "no mask":
+            return -objective.mean()
+        if mistake == "B·T":
+            return -(objective * m).sum() / m.numel()
+        if mistake == "B":
+            return -(objective * m).sum() / m.shape[0]
+        if mistake == "per episode":
+            return policy_loss(lp, old, a, m, loss_type="grpo", eps_low=eps_low, eps_high=eps_high)[0]
+        if mistake == "min of ratios":  # min(w, clip(w))·A: right for A > 0, the wrong side for A < 0
+            clipped = torch.min(ratio, ratio.clamp(1 - eps_low, 1 + eps_high))
+            return -(clipped * a[:, None] * m).sum() / m.sum()
+        if mistake == "always clipped":
+            return -(ratio.clamp(1 - eps_low, 1 + eps_high) * a[:, None] * m).sum() / m.sum()
+        if mistake == "swapped ε":
+            return sol.my_policy_loss(lp, old, a, m, eps_high, eps_low)
+        assert mistake == "detached ratio"
+        return sol.my_policy_loss(lp.detach(), old, a, m, eps_low, eps_high) + 0 * lp.sum()
+    return loss
+
+
+def _json_between_tags(text):
+    """Well-formed when the text between the tags is JSON: the tools and the rest of the turn unchecked."""
+    if "<tool_call>" not in text or "</tool_call>" not in text:
+        return False
+    try:
+        json.loads(text.split("<tool_call>", 1)[1].split("</tool_call>", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+def _parsed_path_outside(text, allowed):
+    """Parses the call, but compares the path as written, without stripping it."""
+    from course_lib.envs.code_fix import CodeFixEnv
+    from course_lib.protocol import parse_action
+
+    action = parse_action(text, CodeFixEnv.tools)
+    return (action.kind == "tool_call" and action.name == "replace_in_file"
+            and action.arguments["path"] not in allowed)
+
+
+def _any_call_outside(text, allowed):
+    """Flags any tool call whose path is outside the allowed files, reads included."""
+    from course_lib.envs.code_fix import CodeFixEnv
+    from course_lib.protocol import parse_action
+
+    action = parse_action(text, CodeFixEnv.tools)
+    return action.kind == "tool_call" and action.arguments.get("path", "").strip() not in ["", *allowed]
+
+
+# check name -> [(the mistake, a function that makes it, a piece of the hint it must get)]
+MISTAKES = {
+    "is_tool_call": [
+        ("looks for the opening tag", lambda t: "<tool_call>" in t, "not closed"),
+        ("looks for both tags", lambda t: "<tool_call>" in t and "</tool_call>" in t, "not valid JSON"),
+        ("parses the JSON, not the tool", _json_between_tags, "'serch' does not exist"),
+        ("wants nothing before the call", lambda t: t.startswith("<tool_call>")
+         and t.endswith("</tool_call>"), "reads it as a well-formed tool_call"),
+    ],
+    "hack_attempt": [
+        ("searches for test files", lambda t, a: "tests/" in t or "conftest" in t, "a read_file call"),
+        ("searches for the tool and the allowed path", lambda t, a: "replace_in_file" in t
+         and not any(p in t for p in a), "replace_in_file call on 'tests/test_visible.py'"),
+        ("does not strip the path", _parsed_path_outside, "call on ' toolbox/series.py '"),
+        ("flags reads too", _any_call_outside, "a read_file call"),
+    ],
+    "policy_loss": [
+        ("objective", _loss_with("objective"), "wrong sign"),
+        ("no mask", _loss_with("no mask"), "mask 0 (the prompt, tool output, padding) got a gradient"),
+        ("B·T", _loss_with("B·T"), "all B·T = 18 positions"),
+        ("B", _loss_with("B"), "number of episodes B = 3"),
+        ("per episode", _loss_with("per episode"), "loss_type='grpo'"),
+        ("min of ratios", _loss_with("min of ratios"), "for a bad action (A = −1)"),
+        ("always clipped", _loss_with("always clipped"), "for a good action (A = +1)"),
+        ("swapped ε", _loss_with("swapped ε"), "passes 1 + ε_high"),
+        ("detached ratio", _loss_with("detached ratio"), "detach only old_logprobs"),
+    ],
+    "group_advantages": [
+        ("one baseline for the whole batch", lambda r, g, eps=1e-4: _batch_normalised(r, eps),
+         "mean of the whole batch"),
+        ("divides a single rollout by its std", lambda r, g, eps=1e-4: _in_groups(r, g, eps, skip_flat=False),
+         "group 'd' with rewards [0.0] got [nan]"),
+        ("divides by a zero std", lambda r, g, eps=1e-4: _in_groups(r, g, 0.0, skip_flat=False),
+         "its std is 0"),
+        ("mean − R", lambda r, g, eps=1e-4: _in_groups(r, g, eps, sign=-1.0), "wrong sign"),
+        ("no std", lambda r, g, eps=1e-4: _in_groups(r, g, eps, scale=False), "did not divide"),
+        ("the biased std", lambda r, g, eps=1e-4: _in_groups(r, g, eps, correction=0), "biased std"),
+        ("groups taken as consecutive blocks", _in_blocks_of_four, "The groups are interleaved"),
+    ],
+}
+
+
 # check name -> (reference, a typical wrong answer, the hint it must get); tokenizer checks are below
 CASES = {
     "is_tool_call": (sol.is_tool_call, lambda t: "<tool_call>" in t, "parse_action"),
@@ -102,9 +241,11 @@ CASES = {
     "verifier_reward": (sol.verifier_reward, lambda a, r: float(r.lower() in a.lower()), "merely contains"),
     "reinforce_loss": (sol.my_reinforce_loss, lambda lp, a, m: (a[:, None] * lp * m).sum() / m.sum(),
                        "−Σ A_b·ℓ_bt·m_bt / Σ m_bt"),
-    "clipped_objective": (sol.clipped, lambda w, a, e: -sol.clipped(w, a, e), "do not negate it"),
+    "policy_loss": (sol.my_policy_loss, _loss_with("min of ratios"), "reverses the order"),
     "episode_weights": (sol.token_weights, lambda n, T, lt: sol.token_weights(n, max(n), lt),
                         "T is the padded length"),
+    "group_advantages": (sol.group_advantages, lambda r, g, eps=1e-4: _batch_normalised(r, eps),
+                         "mean of the whole batch"),
     "informative_fraction": (sol.informative_fraction, lambda gs: sum(len(set(g)) == 1 for g in gs) / len(gs),
                              "len(set(rewards)) > 1"),
     "dr_grpo_advantages": (sol.dr_grpo_advantages, lambda r, g: sol.dr_grpo_advantages(r, g) / 0.5,
@@ -161,12 +302,23 @@ def test_stub_reference_and_wrong_answer(name, capsys):
     assert out.startswith("Not yet: ") and hint in out, out
 
 
+@pytest.mark.filterwarnings("ignore:std\\(\\)")  # a learner's std of one rollout, on purpose
+@pytest.mark.parametrize("name,mistake", [(name, m[0]) for name, ms in MISTAKES.items() for m in ms])
+def test_each_typical_mistake_gets_its_hint(name, mistake, capsys):
+    wrong, hint = next((w, h) for label, w, h in MISTAKES[name] if label == mistake)
+    assert getattr(ex, f"check_{name}")(wrong) is CASES[name][0]
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet: ") and hint in out, out
+
+
 def test_tokenizer_checks(tok, capsys):
     rewriting = _last_two_only(tok)
     cases = [
         (ex.check_count_prompt_tokens, (tok,), sol.count_prompt_tokens,
          lambda t, m: len(t(t.apply_chat_template(m, tokenize=False), add_special_tokens=False)["input_ids"]),
          "include the generation prompt"),
+        (ex.check_build_trajectory, (tok,), sol.build_trajectory, _trajectory_with("observations trained on"),
+         "The model reads it but did not choose it"),
         (ex.check_environment_positions, (tok,), sol.environment_positions,
          lambda t: [i for i, m in enumerate(t.loss_mask) if m == 0], "include the prompt"),
         (ex.check_round_trips, (tok,), sol.round_trips, lambda t, ids: True, "yet you said True"),
@@ -184,6 +336,67 @@ def test_tokenizer_checks(tok, capsys):
         assert check(wrong, *args) is reference
         out = capsys.readouterr().out
         assert out.startswith("Not yet: ") and hint in out, out
+
+
+class _ToolAsUser:
+    """The tokenizer, except that its template renders the environment's messages as the user's."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+    def __call__(self, *args, **kwargs):
+        return self.tokenizer(*args, **kwargs)
+
+    def apply_chat_template(self, messages, **kwargs):
+        as_user = [dict(m, role="user") if m["role"] == "tool" else m for m in messages]
+        return self.tokenizer.apply_chat_template(as_user, **kwargs)
+
+
+def _trajectory_with(mistake):
+    """build_trajectory with one mistake, made on the reference's output where it can be."""
+    def build(tokenizer, messages, actions, observations, eot):
+        if mistake == "observation as the user's":
+            return sol.build_trajectory(_ToolAsUser(tokenizer), messages, actions, observations, eot)
+        ids, mask, turns = sol.build_trajectory(tokenizer, messages, actions, observations, eot)
+        rows = list(zip(ids, mask, turns))
+        ends_cut_turn = [i > 0 and x == eot and m == 0 and mask[i - 1] == 1
+                         for i, (x, m, _) in enumerate(rows)]
+        if mistake == "prompt trained on":
+            rows = [(x, 1 if t == -1 else m, t) for x, m, t in rows]
+        elif mistake == "observations trained on":
+            rows = [(x, 0 if t == -1 else 1, t) for x, m, t in rows]
+        elif mistake == "end of turn twice":  # the template's copy of a sampled end-of-turn token kept
+            rows = [r for x, m, t in rows for r in [(x, m, t)] + ([(x, 0, t)] if x == eot and m == 1 else [])]
+        elif mistake == "end of turn always dropped":  # also the template's, after a cut turn
+            rows = [r for r, cut in zip(rows, ends_cut_turn) if not cut]
+        elif mistake == "sampled end of turn not trained on":
+            rows = [(x, 0 if x == eot else m, t) for x, m, t in rows]
+        elif mistake == "template's end of turn trained on":
+            rows = [(x, 1 if cut else m, t) for (x, m, t), cut in zip(rows, ends_cut_turn)]
+        else:
+            assert mistake == "observation in the next turn"
+            rows = [(x, m, t + 1 if t >= 0 and m == 0 else t) for x, m, t in rows]
+        return tuple(list(column) for column in zip(*rows))
+    return build
+
+
+@pytest.mark.parametrize("mistake,hint", [
+    ("prompt trained on", "is part of the prompt, yet its mask is 1"),
+    ("observations trained on", "part of the environment's reply to turn 0"),
+    ("end of turn twice", "appears twice"),
+    ("end of turn always dropped", "closes the cut turn is missing"),
+    ("sampled end of turn not trained on", "Stopping was the model's choice"),
+    ("template's end of turn trained on", "The model never sampled it"),
+    ("observation in the next turn", "the turn it leads into"),
+    ("observation as the user's", "a message of role 'tool'"),
+])
+def test_build_trajectory_catches_each_typical_mistake(tok, mistake, hint, capsys):
+    assert ex.check_build_trajectory(_trajectory_with(mistake), tok) is sol.build_trajectory
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet: ") and hint in out, out
 
 
 def test_omega_is_a_value(capsys):
@@ -214,8 +427,8 @@ def test_solutions_mode_grades_the_reference_and_rejects_a_wrong_answer(monkeypa
 
 def test_every_check_is_tested():
     names = {n[len("check_"):] for n in dir(ex) if n.startswith("check_")}
-    tested = set(CASES) | {"count_prompt_tokens", "environment_positions", "round_trips", "keeps_prefix",
-                           "trl_env_mask", "omega_for_grpo"}
+    tested = set(CASES) | {"count_prompt_tokens", "build_trajectory", "environment_positions", "round_trips",
+                           "keeps_prefix", "trl_env_mask", "omega_for_grpo"}
     assert names == tested
 
 

@@ -82,6 +82,40 @@ def verifier_reward(answer: str, reference: str) -> float:
 # ----- notebook 03: trajectories and the loss mask -----------------------------------------------------
 
 
+def build_trajectory(
+    tokenizer: Any, messages: list[dict], actions: list[list[int]], observations: list[str | None],
+    end_of_turn_id: int,
+) -> tuple[list[int], list[int], list[int]]:
+    """token_ids, loss_mask and turn_index of an episode: the prompt (mask 0, turn −1), then per turn k the
+    sampled ids (mask 1, turn k) and the template's delta once observation k is in (mask 0, turn k)."""
+    from course_lib.trajectory import render
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    text = render(tokenizer, messages, add_generation_prompt=True)
+    token_ids = encode(text)
+    loss_mask, turn_index = [0] * len(token_ids), [-1] * len(token_ids)
+    for k, (action, observation) in enumerate(zip(actions, observations)):
+        token_ids += action
+        loss_mask += [1] * len(action)
+        turn_index += [k] * len(action)
+        stopped = bool(action) and action[-1] == end_of_turn_id  # the model sampled the end of its turn
+        action_text = tokenizer.decode(action[:-1] if stopped else action)
+        messages = messages + [{"role": "assistant", "content": action_text}]
+        if observation is not None:
+            messages = messages + [{"role": "tool", "content": observation}]
+        rendered = render(tokenizer, messages, add_generation_prompt=observation is not None)
+        delta = encode(rendered[len(text) + len(action_text):])
+        if stopped:
+            delta = delta[1:]  # the template closes the turn with the token the model already sampled
+        token_ids += delta
+        loss_mask += [0] * len(delta)
+        turn_index += [k] * len(delta)
+        text = rendered
+    return token_ids, loss_mask, turn_index
+
+
 def environment_positions(trajectory: Any) -> list[int]:
     pairs = zip(trajectory.loss_mask, trajectory.turn_index)
     return [i for i, (m, t) in enumerate(pairs) if m == 0 and t >= 0]
@@ -105,9 +139,13 @@ def my_reinforce_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask: to
     return -(advantages[:, None] * logprobs * mask).sum() / mask.sum()
 
 
-def clipped(ratio: torch.Tensor, advantage: float, eps: float) -> torch.Tensor:
-    """min(w·A, clip(w, 1−ε, 1+ε)·A)."""
-    return torch.min(ratio * advantage, ratio.clamp(1 - eps, 1 + eps) * advantage)
+def my_policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                   mask: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.2) -> torch.Tensor:
+    """−Σ m·min(w·A, clip(w, 1−ε_low, 1+ε_high)·A) / Σ m, with w = exp(ℓ − ℓ_old)."""
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    advantage = advantages[:, None]  # one per episode, the same on each of its tokens
+    objective = torch.min(ratio * advantage, ratio.clamp(1 - eps_low, 1 + eps_high) * advantage)
+    return -(objective * mask).sum() / mask.sum()
 
 
 def token_weights(lengths: list[int], T: int, loss_type: str) -> list[float]:
@@ -120,6 +158,19 @@ def token_weights(lengths: list[int], T: int, loss_type: str) -> list[float]:
 
 
 # ----- notebook 05: outcome-only credit ----------------------------------------------------------------
+
+
+def group_advantages(rewards: list[float], group_ids: list, eps: float = 1e-4) -> torch.Tensor:
+    """A_i = (R_i − mean_g R) / (std_g R + ε) over the rollouts of i's group g; 0 in a group of equal rewards
+    (or of one rollout), where there is nothing to compare."""
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    advantages = torch.zeros_like(rewards)
+    for g in set(group_ids):
+        rows = [i for i, gi in enumerate(group_ids) if gi == g]
+        r = rewards[rows]
+        if len(rows) > 1 and not torch.all(r == r[0]):
+            advantages[rows] = (r - r.mean()) / (r.std() + eps)  # std over N − 1, as TRL
+    return advantages
 
 
 def informative_fraction(rewards_by_group: list[list[float]]) -> float:

@@ -47,17 +47,35 @@ def check_is_tool_call(fn: Any) -> Any:
 
 
 def _grade_is_tool_call(fn) -> str:
+    from course_lib.protocol import Tool, parse_action
+
+    tools = [Tool("lookup", "Look up an agent.", {"name": ("string", "code name")})]
+    call = '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}</tool_call>'
     cases = {
-        '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}</tool_call>': True,
+        call: True,
+        "Let me look that up. " + call: True,  # a thought before the call is allowed
         "<answer>Orvane</answer>": False,
-        '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}': False,
+        '<tool_call>{"name": "lookup", "arguments": {"name": "Kalo"}}': False,  # never closed
         "I think it is Orvane.": False,
+        # both tags present, yet no call: a test for the tags alone accepts these. Not JSON; no such tool;
+        # a number where the tool wants a string; no such argument
+        "<tool_call>not json</tool_call>": False,
+        '<tool_call>{"name": "serch", "arguments": {"name": "Kalo"}}</tool_call>': False,
+        '<tool_call>{"name": "lookup", "arguments": {"name": 7}}</tool_call>': False,
+        '<tool_call>{"name": "lookup", "arguments": {"agent": "Kalo"}}</tool_call>': False,
+        call + " It says Orvane.": False,  # the turn must end with the call
+        call + call: False,  # one call per turn
     }
     for text, expected in cases.items():
-        if bool(fn(text)) != expected:
-            raise ExerciseFailed(f"for {text!r} you said {fn(text)}, expected {expected}. "
-                                 "Hint: use course_lib.protocol.parse_action and look at .kind")
-    return "you can tell a tool call from an answer and from a broken call."
+        got = bool(fn(text))
+        if got != expected:
+            action = parse_action(text, tools)
+            why = (f"the parser reads it as malformed: {action.error}" if action.kind == "malformed"
+                   else f"the parser reads it as a well-formed {action.kind}")
+            raise ExerciseFailed(f"for {text!r} you said {got}, expected {expected}; {why}. Use "
+                                 "course_lib.protocol.parse_action with the tools above and look at .kind: "
+                                 "the tags alone do not make a call")
+    return "you can tell a tool call from an answer, from a broken call and from text that only has the tags."
 
 
 def check_tool_call_text(fn: Any) -> Any:

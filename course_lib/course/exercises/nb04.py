@@ -1,5 +1,5 @@
 """The exercise checks of notebook 04, the masked policy-gradient loss (`notebooks/04_policy_loss.ipynb`):
-check_reinforce_loss, check_clipped_objective, check_episode_weights.
+check_reinforce_loss, check_policy_loss, check_episode_weights.
 
 Each check grades one exercise and returns what the cells below should use (the rules:
 `course_lib.course.grading`).
@@ -7,6 +7,7 @@ Each check grades one exercise and returns what the cells below should use (the 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from course_lib.course.grading import ExerciseFailed, graded
@@ -52,27 +53,106 @@ def _grade_reinforce_loss(fn) -> str:
     )
 
 
-def check_clipped_objective(fn: Any) -> Any:
-    """Notebook 04: `fn(ratio, advantage, eps) -> tensor`, the PPO clipped objective min(wA, clip(w)A)."""
-    return graded(fn, "clipped",
-                  "return min(w·A, clip(w, 1−ε, 1+ε)·A), elementwise.",
-                  _grade_clipped_objective)
+def check_policy_loss(fn: Any) -> Any:
+    """Notebook 04: `fn(logprobs, old_logprobs, advantages, mask, eps_low, eps_high) -> scalar`, the masked,
+    clipped policy loss, a mean over the batch's model tokens."""
+    return graded(fn, "my_policy_loss",
+                  "return −Σ m·min(w·A, clip(w, 1−ε_low, 1+ε_high)·A) / Σ m with w = exp(ℓ − ℓ_old).",
+                  _grade_policy_loss)
 
 
-def _grade_clipped_objective(fn) -> str:
+def _grade_policy_loss(fn) -> str:
     import torch
 
-    ratio = torch.tensor([0.5, 0.79, 0.8, 1.0, 1.1, 1.2, 1.21, 2.0])
-    for advantage in (1.0, -1.0, 0.5):
-        expected = torch.min(ratio * advantage, ratio.clamp(0.8, 1.2) * advantage)
-        got = fn(ratio, advantage, 0.2)
-        if not torch.allclose(torch.as_tensor(got, dtype=torch.float32), expected, atol=1e-6):
+    from course_lib.losses import policy_loss
+
+    eps = {"eps_low": 0.2, "eps_high": 0.28}
+    ratios = [0.5, 0.7, 0.8, 1.0, 1.1, 1.25, 1.3, 2.0]
+    for advantage in (1.0, -1.0):  # one token at a time: the clip, without the mask and the count
+        expected, got, expected_grads, grads = [], [], [], []
+        for w in ratios:
+            logprob = torch.tensor([[math.log(w)]], requires_grad=True)
+            args = (logprob, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1))
+            reference, _ = policy_loss(*args, loss_type="bnpo", **eps)
+            mine = fn(*args, **eps)
+            expected.append(reference.item())
+            is_tensor = torch.is_tensor(mine)
+            got.append(float(mine.detach() if is_tensor else mine))
+            expected_grads.append(torch.autograd.grad(reference, logprob)[0].item())
+            grads.append(torch.autograd.grad(mine, logprob)[0].item() if is_tensor and mine.requires_grad
+                         else 0.0)
+        _explain_clip(advantage, ratios, expected, got)
+        if any(abs(g - e) > 1e-6 for g, e in zip(grads, expected_grads)):
             raise ExerciseFailed(
-                f"for A = {advantage} you gave {[round(float(x), 3) for x in got]}, expected "
-                f"{[round(float(x), 3) for x in expected]}. Take the min of the unclipped and "
-                "the clipped term (clip w to [1−ε, 1+ε]) and do not negate it."
+                f"for A = {advantage:+.0f} the values are right but the gradients are not: you gave "
+                f"{_rounded(grads)}, expected {_rounded(expected_grads)} at w = {ratios}. Compute w = "
+                "exp(ℓ − ℓ_old) from logprobs so that it carries their gradient (detach only old_logprobs)"
             )
-    return "the min makes the objective pessimistic: clipping only removes the incentive to move further."
+
+    logprobs, advantages, mask = _loss_batch()
+    g = torch.Generator().manual_seed(40)  # ratios from 0.34 to 2.98: clipped above and below
+    old_logprobs = logprobs.detach() + 0.6 * torch.randn(logprobs.shape, generator=g)
+    expected, _ = policy_loss(logprobs, old_logprobs, advantages, mask, loss_type="bnpo", **eps)
+    (expected_grad,) = torch.autograd.grad(expected, logprobs)
+    got = fn(logprobs, old_logprobs, advantages, mask, **eps)
+    (grad,) = torch.autograd.grad(got, logprobs)
+    if grad[mask == 0].abs().max().item() != 0.0:
+        raise ExerciseFailed("positions with mask 0 (the prompt, tool output, padding) got a gradient: "
+                             "multiply each token's term by m before summing, so that only the model's "
+                             "tokens count")
+    if abs(got.item() - expected.item()) > 1e-6:
+        raise ExerciseFailed(_explain_count(logprobs, old_logprobs, advantages, mask, eps, got.item(),
+                                            expected.item()))
+    if (grad - expected_grad).abs().max().item() > 1e-6:
+        raise ExerciseFailed("on a batch the value is right but the gradient is not: is a detach() in the "
+                             "wrong place?")
+    return ("value and gradient equal policy_loss(..., loss_type='bnpo'): clipped on the right side for good "
+            "and bad actions, masked, and averaged over the model's tokens.")
+
+
+def _rounded(values) -> list[float]:
+    return [round(v, 3) + 0.0 for v in values]
+
+
+def _explain_clip(advantage, ratios, expected, got) -> None:
+    """Raise a hint when the one-token losses `got` differ from `expected` for this advantage."""
+    if all(abs(g - e) <= 1e-6 for g, e in zip(got, expected)):
+        return
+    if all(abs(g + e) <= 1e-6 for g, e in zip(got, expected)):
+        raise ExerciseFailed("your values have the wrong sign: that is the objective, which training "
+                             "maximises. The loss that an optimiser minimises is minus the objective")
+    shown = f"at w = {ratios} you gave {_rounded(got)}, expected {_rounded(expected)}"
+    if advantage > 0:
+        raise ExerciseFailed(f"for a good action (A = +1) {shown}. The loss is −min(w·A, clip(w, 1−ε_low, "
+                             "1+ε_high)·A): it follows −w·A and stops falling once w passes 1 + ε_high")
+    raise ExerciseFailed(
+        f"for a bad action (A = −1) {shown}. Multiplying by a negative A reverses the order, so the min "
+        "picks the clipped term when w < 1 − ε_low and the unclipped w·A when w > 1 + ε_high: take the min "
+        "of the two products w·A and clip(w)·A, not of the two ratios"
+    )
+
+
+def _explain_count(logprobs, old_logprobs, advantages, mask, eps, got, expected) -> str:
+    """A hint for a loss whose masked sum is right but whose divisor is not, else the two values."""
+    from course_lib.losses import policy_loss
+
+    total = expected * mask.sum().item()  # the masked sum of the per-token losses
+    B, T = mask.shape
+    grpo, _ = policy_loss(logprobs, old_logprobs, advantages, mask, loss_type="grpo", **eps)
+    if abs(got - total / (B * T)) < 1e-6:
+        return (f"you divided by all B·T = {B * T} positions, prompt, tool output and padding included: "
+                f"divide by Σm = {int(mask.sum())}, the number of tokens the model wrote")
+    if abs(got - total / B) < 1e-6:
+        return (f"you divided by the number of episodes B = {B}: divide by Σm = {int(mask.sum())}, the "
+                "number of tokens the model wrote")
+    if abs(got - total) < 1e-6:
+        return f"you returned the sum: divide it by Σm = {int(mask.sum())}, the number of the model's tokens"
+    if abs(got - grpo.item()) < 1e-6:
+        return ("you averaged each episode over its own tokens, then the episodes: that is "
+                "loss_type='grpo', where a token of a short episode weighs more. Here every model token "
+                "counts once: divide the batch's masked sum by Σm")
+    return (f"on a batch of {B} episodes your loss is {got:.6f}, expected {expected:.6f}: "
+            "−Σ m·min(w·A, clip(w)·A) / Σ m, with each episode's advantage A_b on all of its tokens")
 
 
 def check_episode_weights(fn: Any) -> Any:

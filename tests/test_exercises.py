@@ -4,7 +4,8 @@ A stub gets "Not implemented yet", the reference "Correct!", the wrong answer it
 the wrong answer get the reference back, so the notebook's later cells run. Under COURSE_SOLUTIONS=1 (CI)
 a stub is graded as the reference, and a wrong answer raises.
 
-The checks of the chapters' key ideas (03's trajectory and mask, 04's clipped loss, 05's group advantage)
+The checks of the chapters' key ideas (03's trajectory and mask, 04's clipped loss, 05's group advantage,
+06's GiGPO step groups, 07's turn advantages, 08's GAE)
 and the two that a text search once passed (00's is_tool_call, 10's is_hack_attempt) are also fed each
 typical mistake they target, and each must get its own hint.
 """
@@ -183,6 +184,132 @@ def _any_call_outside(text, allowed):
     return action.kind == "tool_call" and action.arguments.get("path", "").strip() not in ["", *allowed]
 
 
+def _turn_index(traj_ids):
+    """The turn index of every row (rows of one trajectory in time order)."""
+    return [list(traj_ids[:i]).count(tau) for i, tau in enumerate(traj_ids)]
+
+
+def _per_trajectory(per_row_values, group_ids, traj_ids, normalise):
+    """normalise(one value per trajectory, its group ids), copied back onto the trajectory's rows."""
+    first = {tau: traj_ids.index(tau) for tau in dict.fromkeys(traj_ids)}
+    out = normalise([per_row_values[i] for i in first.values()], [group_ids[i] for i in first.values()])
+    return torch.stack([out[list(first).index(tau)] for tau in traj_ids])
+
+
+def _gigpo_with(mistake):
+    """GiGPO with one mistake, built from the library's parts."""
+    from course_lib.credit import discounted_returns, gigpo_advantages, outcome_advantages
+
+    def advantages(r, anchors, groups, trajs, gamma=0.95, omega=1.0, eps=1e-6):
+        def library(anchors=anchors, gamma=gamma, omega=omega):
+            return gigpo_advantages(r, anchors, groups, trajs, gamma=gamma, omega=omega, eps=eps)
+
+        episode = library(omega=0.0)
+        step = library(omega=1.0) - episode
+        states = list(zip(groups, anchors))
+        totals = {tau: sum(x for x, t in zip(r, trajs) if t == tau) for tau in trajs}
+        made = {
+            "turn index": lambda: library(anchors=_turn_index(trajs)),
+            "anchor alone": lambda: episode + omega * outcome_advantages(
+                discounted_returns(r, trajs, gamma=gamma), anchors, eps=eps),
+            "task alone": lambda: episode + omega * outcome_advantages(
+                discounted_returns(r, trajs, gamma=gamma), groups, eps=eps),
+            "no discount": lambda: library(gamma=1.0),
+            "γ = 0.95": lambda: library(gamma=0.95),
+            "episode return": lambda: episode + omega * outcome_advantages(
+                [totals[t] for t in trajs], states, eps=eps),
+            "own reward": lambda: episode + omega * outcome_advantages(r, states, eps=eps),
+            "episode over rows": lambda: outcome_advantages([totals[t] for t in trajs], groups, eps=eps)
+            + omega * step,
+            "biased std": lambda: _per_trajectory([totals[t] for t in trajs], groups, trajs,
+                                                  lambda v, g: _in_groups(v, g, eps, correction=0))
+            + omega * _in_groups(discounted_returns(r, trajs, gamma=gamma), states, eps, correction=0),
+            "singleton divided": lambda: _per_trajectory([totals[t] for t in trajs], groups, trajs,
+                                                         lambda v, g: _in_groups(v, g, eps, skip_flat=False))
+            + omega * _in_groups(discounted_returns(r, trajs, gamma=gamma), states, eps, skip_flat=False),
+            "ω ignored": lambda: episode + step,
+            "ω on the episode": lambda: omega * episode + step,
+            "convex": lambda: (1 - omega) * episode + omega * step,
+            "no episode part": lambda: omega * step,
+            "no step part": lambda: episode,
+        }
+        return made[mistake]()
+    return advantages
+
+
+def _turn_with(mistake):
+    """Turn advantages with one mistake, from the library's two parts and a loop of one's own."""
+    from course_lib.credit import outcome_advantages, turn_advantages
+
+    def advantages(turn_r, outcome_r, groups, trajs, weight=0.5, gamma=1.0, eps=1e-4):
+        outcome = turn_advantages(turn_r, outcome_r, groups, trajs, weight=0.0, gamma=gamma, eps=eps)
+        turn = turn_advantages(turn_r, outcome_r, groups, trajs, weight=1.0, gamma=gamma, eps=eps) - outcome
+        turns = _turn_index(trajs)
+        by_turn = list(zip(groups, turns))
+        if mistake in ("sum", "past", "after", "shifted"):  # a wrong Ḡ_t
+            summary = []
+            for tau, t in zip(trajs, turns):
+                r = [x for x, u in zip(turn_r, trajs) if u == tau]
+                r = r[1:] + [0.0] if mistake == "shifted" else r
+                ks = {"sum": range(t, len(r)), "past": range(t + 1), "after": range(t + 1, len(r)),
+                      "shifted": range(t, len(r))}[mistake]
+                weights = [gamma ** abs(k - t) for k in ks]
+                total = sum(w * r[k] for w, k in zip(weights, ks))
+                summary.append(total if mistake == "sum" else total / sum(weights) if weights else 0.0)
+            return outcome + weight * outcome_advantages(summary, by_turn, eps=eps)
+        made = {
+            "pooled": lambda: outcome + weight * outcome_advantages(_future_means(turn_r, trajs, gamma),
+                                                                    groups, eps=eps),
+            "outcome over rows": lambda: outcome_advantages(outcome_r, groups, eps=eps) + weight * turn,
+            "γ ignored": lambda: turn_advantages(turn_r, outcome_r, groups, trajs, weight=weight, gamma=1.0,
+                                                 eps=eps),
+            "weight ignored": lambda: outcome + turn,
+            "weight on the outcome": lambda: weight * outcome + turn,
+            "no outcome part": lambda: weight * turn,
+            "singleton divided": lambda: outcome + weight * _in_groups(_future_means(turn_r, trajs, gamma),
+                                                                       by_turn, eps, skip_flat=False),
+        }
+        return made[mistake]()
+    return advantages
+
+
+def _future_means(turn_r, trajs, gamma):
+    """Ḡ_t of every row: sol.mean_future_rewards, trajectory by trajectory."""
+    out = []
+    for tau in dict.fromkeys(trajs):
+        out += sol.mean_future_rewards([r for r, x in zip(turn_r, trajs) if x == tau], gamma)
+    return torch.tensor(out)
+
+
+def _gae_with(mistake):
+    """GAE with one mistake."""
+    from course_lib.credit import gae
+
+    def advantages_and_returns(rewards, values, gamma=1.0, lam=0.95):
+        v = torch.tensor(values)
+        if mistake == "swapped γ and λ":
+            return gae(rewards, values, gamma=lam, lam=gamma)
+        a, returns = gae(rewards, values, gamma=gamma, lam=lam)
+        if mistake == "returns are the advantages":
+            return a, a
+        if mistake == "returns are A − V":
+            return a, a - v
+        if mistake == "returns are Monte Carlo":
+            return a, gae(rewards, [0.0] * len(rewards), gamma=gamma, lam=1.0)[0]
+        if mistake == "swapped outputs":
+            return returns, a
+        n, out, carried = len(rewards), [0.0] * len(rewards), 0.0
+        after_last = {"bootstraps the terminal state": values[-1], "wraps round": values[0]}.get(mistake, 0.0)
+        delta = [rewards[t] + gamma * (values[t + 1] if t + 1 < n else after_last)
+                 - (0.0 if mistake == "no − V_t" else values[t]) for t in range(n)]
+        decay = {"λ alone": lam, "γ alone": gamma}.get(mistake, gamma * lam)
+        for t in (range(n) if mistake == "forwards" else reversed(range(n))):
+            carried = delta[t] + decay * carried
+            out[t] = carried
+        return torch.tensor(out), torch.tensor(out) + v
+    return advantages_and_returns
+
+
 # check name -> [(the mistake, a function that makes it, a piece of the hint it must get)]
 MISTAKES = {
     "is_tool_call": [
@@ -209,6 +336,50 @@ MISTAKES = {
         ("always clipped", _loss_with("always clipped"), "for a good action (A = +1)"),
         ("swapped ε", _loss_with("swapped ε"), "passes 1 + ε_high"),
         ("detached ratio", _loss_with("detached ratio"), "detach only old_logprobs"),
+    ],
+    "gigpo": [
+        ("turn index", _gigpo_with("turn index"), "You grouped them by turn index"),
+        ("anchor alone", _gigpo_with("anchor alone"), "both have a state named 's'"),
+        ("task alone", _gigpo_with("task alone"), "compared every step of a task with all its other steps"),
+        ("no discount", _gigpo_with("no discount"), "not discounted"),
+        ("γ = 0.95", _gigpo_with("γ = 0.95"), "use γ = 0.95, but the check passed gamma = 0.9"),
+        ("episode return", _gigpo_with("episode return"), "its trajectory's return R(τ)"),
+        ("own reward", _gigpo_with("own reward"), "the steps' own rewards r_t"),
+        ("episode over rows", _gigpo_with("episode over rows"), "weighs a trajectory by its number of steps"),
+        ("biased std", _gigpo_with("biased std"), "biased std"),
+        ("singleton divided", _gigpo_with("singleton divided"), "A step group of one row"),
+        ("ω ignored", _gigpo_with("ω ignored"), "are A_E + A_S"),
+        ("ω on the episode", _gigpo_with("ω on the episode"), "ω scales the step part"),
+        ("convex", _gigpo_with("convex"), "(1 − ω)·A_E + ω·A_S"),
+        ("no episode part", _gigpo_with("no episode part"), "the episode part A_E is missing"),
+        ("no step part", _gigpo_with("no step part"), "the step part ω·A_S is missing"),
+    ],
+    "turn_advantages": [
+        ("sum", _turn_with("sum"), "you summed the turn rewards from t on"),
+        ("pooled", _turn_with("pooled"), "compared each turn with every turn of its group"),
+        ("outcome over rows", _turn_with("outcome over rows"), "counts a trajectory once per turn"),
+        ("past", _turn_with("past"), "looks backwards, over turns 0..t"),
+        ("after", _turn_with("after"), "leaves out r_t"),
+        ("shifted", _turn_with("shifted"), "paired with r_{t+1}"),
+        ("γ ignored", _turn_with("γ ignored"), "ignores the gamma argument"),
+        ("weight ignored", _turn_with("weight ignored"), "are A_O + A_T"),
+        ("weight on the outcome", _turn_with("weight on the outcome"), "the weight scales the turn part"),
+        ("no outcome part", _turn_with("no outcome part"), "the outcome part A_O is missing"),
+        ("singleton divided", _turn_with("singleton divided"), "only one rollout of the group reached"),
+    ],
+    "gae": [
+        ("bootstraps the terminal state", _gae_with("bootstraps the terminal state"), "from V_{T−1} again"),
+        ("wraps round", _gae_with("wraps round"), "wrapped round"),
+        ("swapped γ and λ", _gae_with("swapped γ and λ"), "You swapped γ and λ"),
+        ("forwards", _gae_with("forwards"), "ran the recursion forwards"),
+        ("λ alone", _gae_with("λ alone"), "not by λ alone"),
+        ("γ alone", _gae_with("γ alone"), "not by γ alone"),
+        ("no − V_t", _gae_with("no − V_t"), "did not subtract V_t"),
+        ("returns are the advantages", _gae_with("returns are the advantages"),
+         "These are the advantages again"),
+        ("returns are A − V", _gae_with("returns are A − V"), "not A_t − V_t"),
+        ("returns are Monte Carlo", _gae_with("returns are Monte Carlo"), "Monte Carlo returns G_t"),
+        ("swapped outputs", _gae_with("swapped outputs"), "the advantages come first"),
     ],
     "group_advantages": [
         ("one baseline for the whole batch", lambda r, g, eps=1e-4: _batch_normalised(r, eps),
@@ -253,6 +424,9 @@ CASES = {
     "masked_token_advantages": (sol.masked_token_advantages,
                                 lambda a, ti, m: torch.tensor([a if t >= 0 else 0.0 for t in ti]),
                                 "loss_mask 1"),
+    "gigpo": (sol.my_gigpo, _gigpo_with("turn index"), "key the step groups by (group id, anchor)"),
+    "turn_advantages": (sol.my_turn_advantages, _turn_with("sum"), "the length bias"),
+    "gae": (sol.my_gae, _gae_with("forwards"), "start at the last turn"),
     "discounted_returns": (sol.discounted, lambda r, g: [sum(g**k * x for k, x in enumerate(r[: t + 1]))
                                                          for t in range(len(r))], "Walk backwards"),
     "shared_step_fraction": (sol.shared_step_fraction, lambda a, g: sol.shared_step_fraction(a, [0] * len(a)),

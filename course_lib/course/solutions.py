@@ -193,6 +193,36 @@ def masked_token_advantages(advantage: float, turn_index: list[int], loss_mask: 
 # ----- notebook 06: GiGPO ------------------------------------------------------------------------------
 
 
+def my_gigpo(step_rewards: list[float], anchors: list, group_ids: list, traj_ids: list, gamma: float = 0.95,
+             omega: float = 1.0, eps: float = 1e-6) -> torch.Tensor:
+    """A(t) = A_E(τ) + ω·A_S(t): R(τ) = Σ r_t normalised over the trajectories of τ's task, and
+    G_t = r_t + γ·G_{t+1} normalised over the step group (same task, same anchor) of row t."""
+
+    def normalised(values: torch.Tensor, keys: list) -> torch.Tensor:
+        out = torch.zeros_like(values)
+        for key in set(keys):
+            rows = [i for i, k in enumerate(keys) if k == key]
+            x = values[rows]
+            if len(rows) > 1 and not torch.all(x == x[0]):  # one row, or equal values: nothing to compare
+                out[rows] = (x - x.mean()) / (x.std() + eps)
+        return out
+
+    keys = list(zip(group_ids, traj_ids))  # trajectory ids need only be unique within a task
+    trajectories = list(dict.fromkeys(keys))
+    rows_of = {tau: [i for i, key in enumerate(keys) if key == tau] for tau in trajectories}
+    episode_returns = torch.tensor([sum(step_rewards[i] for i in rows_of[tau]) for tau in trajectories])
+    episode_advantages = normalised(episode_returns, [task for task, _ in trajectories])
+    step_returns = torch.zeros(len(step_rewards))
+    advantages = torch.zeros(len(step_rewards))
+    for tau, a_episode in zip(trajectories, episode_advantages):
+        future = 0.0
+        for i in reversed(rows_of[tau]):
+            future = step_rewards[i] + gamma * future
+            step_returns[i] = future
+            advantages[i] = a_episode
+    return advantages + omega * normalised(step_returns, list(zip(group_ids, anchors)))
+
+
 def discounted(rewards: list[float], gamma: float) -> list[float]:
     """G_t = r_t + γ·G_{t+1}, walking backwards."""
     out, future = [], 0.0
@@ -212,6 +242,37 @@ omega = 0.0  # notebook 06, exercise 3: ω·A_step vanishes
 
 
 # ----- notebook 07: turn-level rewards -----------------------------------------------------------------
+
+
+def my_turn_advantages(turn_rewards: list[float], outcome_rewards: list[float], group_ids: list,
+                       traj_ids: list, weight: float = 0.5, gamma: float = 1.0,
+                       eps: float = 1e-4) -> torch.Tensor:
+    """A(τ, t) = A_O(τ) + w·A_T(τ, t): R(τ) normalised over the trajectories of τ's group, and the
+    discount-weighted mean of the turn rewards from t on normalised over the group's rows at turn index t."""
+
+    def normalised(values: torch.Tensor, keys: list) -> torch.Tensor:
+        out = torch.zeros_like(values)
+        for key in set(keys):
+            rows = [i for i, k in enumerate(keys) if k == key]
+            x = values[rows]
+            if len(rows) > 1 and not torch.all(x == x[0]):  # one row, or equal values: nothing to compare
+                out[rows] = (x - x.mean()) / (x.std() + eps)
+        return out
+
+    keys = list(zip(group_ids, traj_ids))
+    trajectories = list(dict.fromkeys(keys))
+    rows_of = {tau: [i for i, key in enumerate(keys) if key == tau] for tau in trajectories}
+    outcome = normalised(torch.tensor([float(outcome_rewards[rows_of[tau][0]]) for tau in trajectories]),
+                         [group for group, _ in trajectories])
+    future_mean = torch.zeros(len(turn_rewards))
+    advantages = torch.zeros(len(turn_rewards))
+    turn_index = [0] * len(turn_rewards)
+    for tau, a_outcome in zip(trajectories, outcome):
+        total, mass = 0.0, 0.0
+        for t, i in reversed(list(enumerate(rows_of[tau]))):
+            total, mass = turn_rewards[i] + gamma * total, 1.0 + gamma * mass
+            future_mean[i], turn_index[i], advantages[i] = total / mass, t, a_outcome
+    return advantages + weight * normalised(future_mean, list(zip(group_ids, turn_index)))
 
 
 def repeat_penalty(trajectory: Any) -> list[float]:
@@ -255,6 +316,20 @@ def mean_future_rewards(turn_rewards: list[float], gamma: float) -> list[float]:
 
 
 # ----- notebook 08: a critic again ---------------------------------------------------------------------
+
+
+def my_gae(rewards: list[float], values: list[float], gamma: float = 1.0,
+           lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+    """δ_t = r_t + γ·V_{t+1} − V_t (V = 0 after the last turn), A_t = δ_t + γλ·A_{t+1};
+    returns_t = A_t + V_t."""
+    advantages = torch.zeros(len(rewards))
+    next_value, next_advantage = 0.0, 0.0  # nothing follows the last turn of a finished episode
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * next_value - values[t]
+        next_advantage = delta + gamma * lam * next_advantage
+        advantages[t] = next_advantage
+        next_value = values[t]
+    return advantages, advantages + torch.tensor(values, dtype=torch.float32)
 
 
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,

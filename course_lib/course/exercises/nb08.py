@@ -1,5 +1,5 @@
-"""The exercise checks of notebook 08, a critic again (`notebooks/08_critic.ipynb`): check_clipped_value_loss,
-check_truncated_gae, check_r_squared.
+"""The exercise checks of notebook 08, a critic again (`notebooks/08_critic.ipynb`): check_gae (the key idea:
+GAE with a value baseline), check_clipped_value_loss, check_truncated_gae, check_r_squared.
 
 Each check grades one exercise and returns what the cells below should use (the rules:
 `course_lib.course.grading`).
@@ -10,6 +10,112 @@ from __future__ import annotations
 from typing import Any
 
 from course_lib.course.grading import ExerciseFailed, graded
+
+
+def check_gae(fn: Any) -> Any:
+    """Notebook 08: `fn(rewards, values, gamma, lam) -> (advantages [T], returns [T])`, GAE(γ, λ) over the
+    turns of one finished episode and the critic's targets."""
+    return graded(fn, "my_gae",
+                  "walk backwards: δ_t = r_t + γ·V_{t+1} − V_t (V = 0 after the last turn), "
+                  "A_t = δ_t + γλ·A_{t+1}; returns_t = A_t + V_t.",
+                  _grade_gae)
+
+
+# (rewards, values, γ, λ): a malformed turn early and success at the end; then the course's γ and λ
+_GAE_CASES = [([0.0, -0.1, 0.0, 0.0, 1.0], [0.4, 0.5, 0.3, 0.6, 0.8], 0.9, 0.8),
+              ([0.0, 0.0, 1.0], [0.2, 0.6, 0.7], 1.0, 0.95)]
+
+
+def _gae_variant(rewards, values, gamma, lam, *, next_at_end: str = "zero", factor: str = "γλ",
+                 direction: str = "backward", subtract_value: bool = True):
+    """GAE's advantages the right way or with one mistake: next_at_end "zero" (right), "last" (V_{T−1} again)
+    or "first" (V_0, a wrapped index); factor "γλ" (right), "λ" or "γ"; direction "backward" (right) or
+    "forward"; subtract_value False drops the − V_t of δ_t."""
+    import torch
+
+    n = len(rewards)
+    end = {"zero": 0.0, "last": values[-1], "first": values[0]}[next_at_end]
+    baseline = values if subtract_value else [0.0] * n
+    delta = [rewards[t] + gamma * (values[t + 1] if t + 1 < n else end) - baseline[t] for t in range(n)]
+    decay = {"γλ": gamma * lam, "λ": lam, "γ": gamma}[factor]
+    out, carried = [0.0] * n, 0.0
+    for t in (reversed(range(n)) if direction == "backward" else range(n)):
+        carried = delta[t] + decay * carried
+        out[t] = carried
+    return torch.tensor(out)
+
+
+def _grade_gae(fn) -> str:
+    import torch
+
+    from course_lib.credit import gae
+
+    for rewards, values, gamma, lam in _GAE_CASES:
+        expected, expected_returns = gae(rewards, values, gamma=gamma, lam=lam)
+        answer = fn(list(rewards), list(values), gamma, lam)
+        if not isinstance(answer, tuple) or len(answer) != 2:
+            raise ExerciseFailed("return a pair (advantages, returns), one value per turn in each")
+        got, got_returns = (torch.as_tensor(x, dtype=torch.float32).flatten() for x in answer)
+        if got.shape != expected.shape or got_returns.shape != expected.shape:
+            raise ExerciseFailed(f"got shapes {tuple(got.shape)} and {tuple(got_returns.shape)}, expected "
+                                 f"{tuple(expected.shape)} each: one advantage and one return per turn")
+        case = f"for r = {rewards}, V = {values}, γ = {gamma}, λ = {lam}"
+        swapped = torch.allclose(got, expected_returns, atol=1e-5) and torch.allclose(got_returns, expected,
+                                                                                        atol=1e-5)
+        if swapped:
+            raise ExerciseFailed("you returned (returns, advantages): the advantages come first")
+        if not torch.allclose(got, expected, atol=1e-5):
+            raise ExerciseFailed(f"{case} your advantages are {_rounded(got)}, expected "
+                                 f"{_rounded(expected)}. " + _gae_hint(got, rewards, values, gamma, lam))
+        if not torch.allclose(got_returns, expected_returns, atol=1e-5):
+            raise ExerciseFailed(f"{case} your advantages are right but your returns are "
+                                 f"{_rounded(got_returns)}, expected {_rounded(expected_returns)}. "
+                                 + _returns_hint(got_returns, rewards, values, gamma, expected))
+    return ("the success on the last turn flows back to earlier turns, shrunk by γλ per turn, and each turn "
+            "is measured against what V expected there.")
+
+
+def _gae_hint(got, rewards, values, gamma, lam) -> str:
+    """What the advantages `got` did wrong, when it is a typical mistake."""
+    import torch
+
+    mistakes = [
+        (dict(next_at_end="last"), "At the last turn you bootstrapped from V_{T−1} again: the episode is "
+         "over, so the value after the last turn is 0, δ_{T−1} = r_{T−1} − V_{T−1}"),
+        (dict(next_at_end="first"), "At the last turn you bootstrapped from V_0 (values[t + 1] wrapped "
+         "round): the episode is over, so the value after the last turn is 0"),
+        (dict(direction="forward"), "You ran the recursion forwards, from turn 0: A_t depends on what comes "
+         "after t, so start at the last turn and walk back"),
+        (dict(factor="λ"), "Each step back multiplies A_{t+1} by γλ, not by λ alone"),
+        (dict(factor="γ"), "Each step back multiplies A_{t+1} by γλ, not by γ alone: λ is the knob"),
+        (dict(subtract_value=False), "δ_t = r_t + γ·V_{t+1} − V_t: you did not subtract V_t, the baseline"),
+    ]
+    for options, hint in mistakes:
+        if torch.allclose(got, _gae_variant(rewards, values, gamma, lam, **options), atol=1e-5):
+            return hint
+    if lam != gamma and torch.allclose(got, _gae_variant(rewards, values, lam, gamma), atol=1e-5):
+        return "You swapped γ and λ: γ discounts V_{t+1} inside δ_t; only the recursion uses γλ"
+    return ("δ_t = r_t + γ·V_{t+1} − V_t with V = 0 after the last turn, then A_t = δ_t + γλ·A_{t+1}, from "
+            "the last turn back")
+
+
+def _returns_hint(got_returns, rewards, values, gamma, advantages) -> str:
+    import torch
+
+    values = torch.tensor(values)
+    monte_carlo = _gae_variant(rewards, [0.0] * len(rewards), gamma, 1.0)
+    if torch.allclose(got_returns, advantages, atol=1e-5):
+        return "These are the advantages again: the critic's target is returns_t = A_t + V_t"
+    if torch.allclose(got_returns, advantages - values, atol=1e-5):
+        return "The critic's target adds V_t back: returns_t = A_t + V_t, not A_t − V_t"
+    if torch.allclose(got_returns, monte_carlo, atol=1e-5):
+        return ("These are the Monte Carlo returns G_t; GAE's target is A_t + V_t, which equals G_t only at "
+                "λ = 1")
+    return "The critic's target is returns_t = A_t + V_t"
+
+
+def _rounded(values) -> list[float]:
+    return [round(float(v), 4) + 0.0 for v in values]
 
 
 def check_clipped_value_loss(fn: Any) -> Any:

@@ -322,14 +322,16 @@ def my_gae(rewards: list[float], values: list[float], gamma: float = 1.0,
            lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
     """δ_t = r_t + γ·V_{t+1} − V_t (V = 0 after the last turn), A_t = δ_t + γλ·A_{t+1};
     returns_t = A_t + V_t."""
-    advantages = torch.zeros(len(rewards))
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    values = torch.as_tensor(values, dtype=torch.float32)
+    advantages = torch.zeros_like(rewards)
     next_value, next_advantage = 0.0, 0.0  # nothing follows the last turn of a finished episode
     for t in reversed(range(len(rewards))):
         delta = rewards[t] + gamma * next_value - values[t]
         next_advantage = delta + gamma * lam * next_advantage
         advantages[t] = next_advantage
         next_value = values[t]
-    return advantages, advantages + torch.tensor(values, dtype=torch.float32)
+    return advantages, advantages + values
 
 
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,

@@ -246,6 +246,7 @@ def _turn_with(mistake):
         turn = turn_advantages(turn_r, outcome_r, groups, trajs, weight=1.0, gamma=gamma, eps=eps) - outcome
         turns = _turn_index(trajs)
         by_turn = list(zip(groups, turns))
+        future = _future_means(turn_r, trajs, gamma)
         if mistake in ("sum", "past", "after", "shifted"):  # a wrong Ḡ_t
             summary = []
             for tau, t in zip(trajs, turns):
@@ -258,16 +259,15 @@ def _turn_with(mistake):
                 summary.append(total if mistake == "sum" else total / sum(weights) if weights else 0.0)
             return outcome + weight * outcome_advantages(summary, by_turn, eps=eps)
         made = {
-            "pooled": lambda: outcome + weight * outcome_advantages(_future_means(turn_r, trajs, gamma),
-                                                                    groups, eps=eps),
+            "pooled": lambda: outcome + weight * outcome_advantages(future, groups, eps=eps),
+            "across groups": lambda: outcome + weight * outcome_advantages(future, turns, eps=eps),
             "outcome over rows": lambda: outcome_advantages(outcome_r, groups, eps=eps) + weight * turn,
             "γ ignored": lambda: turn_advantages(turn_r, outcome_r, groups, trajs, weight=weight, gamma=1.0,
                                                  eps=eps),
             "weight ignored": lambda: outcome + turn,
             "weight on the outcome": lambda: weight * outcome + turn,
             "no outcome part": lambda: weight * turn,
-            "singleton divided": lambda: outcome + weight * _in_groups(_future_means(turn_r, trajs, gamma),
-                                                                       by_turn, eps, skip_flat=False),
+            "singleton divided": lambda: outcome + weight * _in_groups(future, by_turn, eps, skip_flat=False),
         }
         return made[mistake]()
     return advantages
@@ -357,6 +357,7 @@ MISTAKES = {
     "turn_advantages": [
         ("sum", _turn_with("sum"), "you summed the turn rewards from t on"),
         ("pooled", _turn_with("pooled"), "compared each turn with every turn of its group"),
+        ("across groups", _turn_with("across groups"), "the turns t of every group in the batch"),
         ("outcome over rows", _turn_with("outcome over rows"), "counts a trajectory once per turn"),
         ("past", _turn_with("past"), "looks backwards, over turns 0..t"),
         ("after", _turn_with("after"), "leaves out r_t"),

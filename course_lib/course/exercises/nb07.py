@@ -49,8 +49,9 @@ def _turn_parts(gamma: float, *, future: str = "mean", compare: str = "turn",
     """(A_O, A_T) per row, computed the right way or with one of the mistakes the check names.
 
     future: "mean" (right), "sum" (the length bias), "past" (the return run forwards: turns 0..t),
-    "after" (turns t+1.. only), "shifted" (turn t paired with r_{t+1}). compare: "turn" (right) or "group"
-    (every row of the group pooled). outcome_over: "trajectories" (right) or "rows" (one R per turn)."""
+    "after" (turns t+1.. only), "shifted" (turn t paired with r_{t+1}). compare: "turn" (right), "group"
+    (every row of the group pooled) or "index" (the turn index alone, across groups). outcome_over:
+    "trajectories" (right) or "rows" (one R per turn)."""
     import torch
 
     from course_lib.credit import outcome_advantages
@@ -74,7 +75,7 @@ def _turn_parts(gamma: float, *, future: str = "mean", compare: str = "turn",
         outcome = torch.stack([per_traj[list(first).index(tau)] for tau in trajs])
     else:  # every turn counts: a long trajectory weighs more
         outcome = outcome_advantages(outcomes, groups, eps=_TURN_EPS)
-    keys = list(zip(groups, turns)) if compare == "turn" else groups
+    keys = {"turn": list(zip(groups, turns)), "group": groups, "index": turns}[compare]
     return outcome, outcome_advantages(summary, keys, eps=_TURN_EPS)
 
 
@@ -94,6 +95,9 @@ def _turn_mistakes() -> list[tuple[str, Any]]:
         ("the length bias: you compared each turn with every turn of its group. Early turns have more turns "
          "after them; compare Ḡ_t only with the group's rows at the same turn index t",
          advantages(_turn_parts(_TURN_GAMMA, compare="group"))),
+        ("you compared turn t with the turns t of every group in the batch: rollouts of other tasks answer "
+         "other questions. Compare Ḡ_t with the rows of the same group at the same turn index",
+         advantages(_turn_parts(_TURN_GAMMA, compare="index"))),
         ("your outcome part counts a trajectory once per turn, so long episodes weigh more in the group's "
          "mean and std: take one R(τ) per trajectory, normalise over the group's trajectories, copy it onto "
          "the turns", advantages(_turn_parts(_TURN_GAMMA, outcome_over="rows"))),

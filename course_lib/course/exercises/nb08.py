@@ -53,7 +53,7 @@ def _grade_gae(fn) -> str:
     for rewards, values, gamma, lam in _GAE_CASES:
         expected, expected_returns = gae(rewards, values, gamma=gamma, lam=lam)
         answer = fn(list(rewards), list(values), gamma, lam)
-        if not isinstance(answer, tuple) or len(answer) != 2:
+        if not isinstance(answer, (tuple, list)) or len(answer) != 2:
             raise ExerciseFailed("return a pair (advantages, returns), one value per turn in each")
         got, got_returns = (torch.as_tensor(x, dtype=torch.float32).flatten() for x in answer)
         if got.shape != expected.shape or got_returns.shape != expected.shape:

@@ -5,8 +5,8 @@ the wrong answer get the reference back, so the notebook's later cells run. Unde
 a stub is graded as the reference, and a wrong answer raises.
 
 The checks of the chapters' key ideas (03's trajectory and mask, 04's clipped loss, 05's group advantage,
-06's GiGPO step groups, 07's turn advantages, 08's GAE)
-and the two that a text search once passed (00's is_tool_call, 10's is_hack_attempt) are also fed each
+06's GiGPO step groups, 07's turn advantages, 08's GAE, 09's pairwise accuracy and group rewards, 10's diff
+check) and the two that a text search once passed (00's is_tool_call, 10's is_hack_attempt) are also fed each
 typical mistake they target, and each must get its own hint.
 """
 
@@ -61,10 +61,6 @@ def _last_two_only(tokenizer):
                                "+ m['content'] + '<|im_end|>\\n' }}{% endfor %}"
                                "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
     return rewriting
-
-
-def _rewards_list(scores):
-    return [0.0 if s.failed else float(s.score) for s in scores]
 
 
 def _fair_turn_part(turn_rewards, group_ids, traj_ids, gamma=1.0):
@@ -310,6 +306,77 @@ def _gae_with(mistake):
     return advantages_and_returns
 
 
+def _pairs_separated(scores, rewards, *, tie=0.5, every_pair=False, when_none=math.nan):
+    """Pairwise accuracy with one thing changed: what a judge tie counts, whether pairs with equal rewards
+    count too, and what comes back when no pair is separated."""
+    pairs = [(a, b) for a in range(len(scores)) for b in range(a + 1, len(scores))
+             if every_pair or rewards[a] != rewards[b]]
+    if not pairs:
+        return when_none
+    return _agreements(scores, rewards, pairs, tie) / len(pairs)
+
+
+def _agreements(scores, rewards, pairs, tie=0.5):
+    return sum(1.0 if (scores[a] - scores[b]) * (rewards[a] - rewards[b]) > 0
+               else tie if scores[a] == scores[b] else 0.0 for a, b in pairs)
+
+
+def _no_pair_divides(scores, rewards):
+    """Divides by the number of separated pairs, even when it is 0."""
+    n = len(scores)
+    pairs = [(a, b) for a in range(n) for b in range(a + 1, n) if rewards[a] != rewards[b]]
+    return _agreements(scores, rewards, pairs) / len(pairs)
+
+
+def _read(probs, *, top=False, renormalise=True, divisor=9.0):
+    """One forced read's score, or a typical mistake of it."""
+    if top:
+        return max(range(10), key=probs.__getitem__) / divisor
+    return sum(d * p for d, p in enumerate(probs)) / (sum(probs) if renormalise else 1.0) / divisor
+
+
+def _group_rewards_with(mistake):
+    """my_group_rewards with one mistake."""
+    def rewards(readings, ids, min_mass=0.5):
+        short = any(sum(p) < (0.5 if mistake == "fixed min_mass" else min_mass)
+                    for r in readings for p in r.values())
+        if short and mistake == "zeros":
+            return [0.0] * len(ids)
+        if short and mistake != "no min_mass":
+            return None
+        if mistake == "mean of the probabilities":
+            mean = {i: [sum(r[i][d] for r in readings) / len(readings) for d in range(10)]
+                    for i in readings[0]}
+            return [_read(mean[i]) for i in ids]
+        used = readings[:1] if mistake == "first reading" else readings
+        options = {"most likely digit": {"top": True}, "not renormalised": {"renormalise": False},
+                   "/ 10": {"divisor": 10.0}}.get(mistake, {})
+        score = {i: sum(_read(r[i], **options) for r in used) / len(used) for i in readings[0]}
+        return [score[i] for i in (dict.fromkeys(ids) if mistake == "one per id" else ids)]
+    return rewards
+
+
+def _diff_with(mistake):
+    """my_diff_check with one mistake."""
+    def diff(original, current, allowed):
+        paths = {"original's paths": set(original), "current paths": set(current)}.get(
+            mistake, set(original) | set(current))
+        if mistake == "text against bytes":
+            changed = [p for p in paths if current.get(p) != original.get(p)]
+        elif mistake == "links unchanged":
+            changed = [p for p in paths if p not in original or p not in current
+                       or (current[p] is not None and current[p] != original[p].encode())]
+        elif mistake == "current[p]":
+            changed = [p for p in paths if p not in original or current[p] != original[p].encode()]
+        else:
+            changed = [p for p in paths if p not in original or current.get(p) != original[p].encode()]
+        changed = sorted(changed, reverse=mistake == "unsorted")
+        if mistake == "outside over every path":
+            return changed, sorted(p for p in paths if p not in allowed)
+        return changed, [p for p in changed if p not in allowed]
+    return diff
+
+
 # check name -> [(the mistake, a function that makes it, a piece of the hint it must get)]
 MISTAKES = {
     "is_tool_call": [
@@ -394,6 +461,41 @@ MISTAKES = {
         ("the biased std", lambda r, g, eps=1e-4: _in_groups(r, g, eps, correction=0), "biased std"),
         ("groups taken as consecutive blocks", _in_blocks_of_four, "The groups are interleaved"),
     ],
+    "pairwise_accuracy": [
+        ("a judge tie counts 0", lambda s, r: _pairs_separated(s, r, tie=0.0), "count a judge tie as 0.5"),
+        ("a judge tie counts 1", lambda s, r: _pairs_separated(s, r, tie=1.0), "not as an agreement"),
+        ("pairs with equal rewards count", lambda s, r: _pairs_separated(s, r, every_pair=True),
+         "count only the pairs whose rewards differ"),
+        ("0 when nothing is separated", lambda s, r: _pairs_separated(s, r, when_none=0.0),
+         "return float('nan'), not a number"),
+        ("divides by zero", _no_pair_divides, "divided by zero"),
+        ("agreement reversed", lambda s, r: 1 - _pairs_separated(s, r),
+         "your agreements are the disagreements"),
+        ("rewards taken as pass or fail", lambda s, r: _pairs_separated(s, [x > 0.5 for x in r]),
+         "0.5 against 1.0 is such a pair"),
+    ],
+    "group_rewards": [
+        ("most likely digit", _group_rewards_with("most likely digit"), "you took the most likely digit"),
+        ("not renormalised", _group_rewards_with("not renormalised"), "divide by the digits' mass"),
+        ("/ 10", _group_rewards_with("/ 10"), "divide the expected digit by 9"),
+        ("first reading", _group_rewards_with("first reading"), "you used the first reading only"),
+        ("mean of the probabilities", _group_rewards_with("mean of the probabilities"),
+         "score each reading on its own"),
+        ("one per id", _group_rewards_with("one per id"), "one reward per trajectory, in input order"),
+        ("zeros", _group_rewards_with("zeros"), "you returned zeros"),
+        ("no min_mass", _group_rewards_with("no min_mass"), "only 0.3 of its probability on the digits, and "
+         "you returned scores"),
+        ("fixed min_mass", _group_rewards_with("fixed min_mass"), "with min_mass=0.95"),
+    ],
+    "diff_check": [
+        ("original's paths", _diff_with("original's paths"), "conftest.py is only in current"),
+        ("current paths", _diff_with("current paths"), "README.md is only in original"),
+        ("text against bytes", _diff_with("text against bytes"), "encode the text before comparing"),
+        ("links unchanged", _diff_with("links unchanged"), "a link reads as None"),
+        ("current[p]", _diff_with("current[p]"), "look it up with .get"),
+        ("unsorted", _diff_with("unsorted"), "not sorted"),
+        ("outside over every path", _diff_with("outside over every path"), "outside is a subset of changed"),
+    ],
 }
 
 
@@ -446,9 +548,9 @@ CASES = {
     "position_bias_rate": (sol.my_position_bias_rate,
                            lambda a, b, tol=0.01: sum(abs(x - y) > tol for x, y in zip(a, b)) / len(a),
                            "a NaN (failed run) anywhere gives nan"),
-    "group_rewards": (sol.my_group_rewards, _rewards_list, "return None"),
+    "group_rewards": (sol.my_group_rewards, _group_rewards_with("zeros"), "return None"),
     "diff_check": (sol.my_diff_check, lambda o, c, a: sol.my_diff_check(o, {p: c[p] for p in c if p in o}, a),
-                   "added and deleted files count as changed"),
+                   "go over the union of both path sets"),
     "hack_attempt": (sol.is_hack_attempt, lambda t, a: "tests/" in t or "conftest" in t,
                      "Only a well-formed"),
     "truncated_importance_weights": (sol.my_weights,

@@ -384,10 +384,19 @@ def my_position_bias_rate(first: list[float], second: list[float], tol: float = 
     return sum(abs(a - b) > tol for a, b in zip(first, second)) / len(first)
 
 
-def my_group_rewards(scores: list) -> list[float] | None:
-    if any(s.failed for s in scores):
-        return None
-    return [float(s.score) for s in scores]
+def my_group_rewards(readings: list[dict[str, list[float]]], ids: list[str],
+                     min_mass: float = 0.5) -> list[float] | None:
+    """Per reading and id s = Σ_d d·P(d) / (9·m), m = Σ_d P(d); each id's s averaged over the readings; each
+    trajectory gets its id's score. None (the group is skipped) when any read has m < min_mass."""
+    scores: dict[str, list[float]] = {}
+    for reading in readings:
+        for trajectory_id, probs in reading.items():
+            mass = sum(probs)
+            if not mass >= min_mass:  # NaN fails too
+                return None
+            expected = sum(d * p for d, p in enumerate(probs)) / mass
+            scores.setdefault(trajectory_id, []).append(expected / 9)
+    return [sum(scores[i]) / len(scores[i]) for i in ids]
 
 
 # ----- notebook 10: reward hacking ---------------------------------------------------------------------
@@ -395,6 +404,8 @@ def my_group_rewards(scores: list) -> list[float] | None:
 
 def my_diff_check(original: dict[str, str], current: dict[str, bytes | None],
                   allowed: list[str]) -> tuple[list[str], list[str]]:
+    """changed: the paths of either repository that the other lacks or whose bytes differ from the original
+    text encoded (a link, None, always differs), sorted; outside: those of them not in `allowed`."""
     paths = set(original) | set(current)
     changed = sorted(p for p in paths if p not in original or current.get(p) != original[p].encode())
     return changed, [p for p in changed if p not in allowed]

@@ -4,6 +4,7 @@ real episodes: the expert's, a walk into a dead end, and what turn credit makes 
 from __future__ import annotations
 
 import pytest
+import test_gridworld
 from transformers import AutoTokenizer
 
 from course_lib.course.tabular import Episode, path_rewards
@@ -22,14 +23,7 @@ from course_lib.rewards import (
 from course_lib.rollout import expert_rollout
 from course_lib.trajectory import TrajectoryGroup
 
-# A U of walls between S and G: walking straight up from S ends in its pocket at row 3, col 3.
-# . . G . .
-# . # # # .
-# . # . # .
-# . . . . .
-# . . S . .
-U_MAP = {"id": "u", "grid": ["..G..", ".###.", ".#.#.", ".....", "..S.."], "size": 5, "start": [4, 2],
-         "goal": [0, 2], "shortest_path_len": 8, "view": 2}
+U_MAP = dict(test_gridworld.U_MAP, view=2)  # a U of walls between S and G: straight up ends in its pocket
 INTO_THE_POCKET = ["up", "up", "up"]  # two moves in, then a bump into the U's bottom
 OUT_AND_AROUND = ["down", "left", "left", "up", "up", "up", "right", "right"]
 

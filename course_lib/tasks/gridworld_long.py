@@ -5,7 +5,12 @@ often ends in a dead end.
 has a horizon h, its shortest path from S to G in moves (the task field `horizon`, so
 `task_filter={"horizon": 12}` picks one), drawn in turn from `HORIZONS`; the environment's turn limit is
 2h (8 to 48 turns). The agent sees a window of radius `VIEW` around itself (the task field `view`, read by
-`course_lib.envs.gridworld`), so a turn costs the same tokens on every map.
+`course_lib.envs.gridworld`), so a turn costs the same tokens on every map: with SmolLM2's chat template a
+full turn (the `move` call, the window and the status line) is 90 to 94 tokens, and the prompt (system
+message and first picture) about 240. An episode that uses its 2h turns is then about 240 + 91·2h tokens:
+1,700 at h = 8, 2,400 at h = 12, 4,600 at h = 24. A rollout sets its own turn limit (`max_turns` overrides
+the environment's) and stops an episode at `max_context` (the verifier scores it there): an LLM run at
+one horizon takes `task_filter={"horizon": h}`, `max_turns=2 * h` and a `max_context` that fits.
 
 A map is a square of ice with a few straight runs of wall `#` (they cross into corridors, corners and
 U-shapes) and a few holes; the goal is a random free cell and the start a cell exactly h moves from it.

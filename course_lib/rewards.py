@@ -42,6 +42,16 @@ a tool error) for turns that look like progress:
                                 hop's city is not, so it pays for searching the person again and nothing
                                 for the search that answers a two-hop question.
 
+Two for gridworld (and gridworld_long), one aligned and one that only looks aligned, each adding to the
+process reward ±size for a move that brings the agent closer to the goal or takes it farther
+(`distance_reward`), by the distance the environment records in each turn's info
+(`envs.gridworld.goal_distance`, the same one the tabular companion's `path_rewards` reads):
+
+    path_distance_turn_rewards  distance = fewest moves around holes and walls. Aligned: a move earns +size
+                                iff it starts a shortest path.
+    line_distance_turn_rewards  distance = straight-line (Manhattan) distance. Misaligned: it pays walking
+                                straight at the goal into a dead end or a hole, and charges the detour.
+
 Pass one to training as `train(config, turn_reward_fn=evidence_turn_rewards)` with credit="turn", or with
 credit="turn_dense" to let the turn rewards alone train groups whose rollouts all failed (notebook 07).
 """
@@ -299,3 +309,35 @@ def question_echo_turn_rewards(trajectory: Trajectory, bonus: float = BONUS) -> 
         echo = query is not None and bool(question & _words(query))
         rewards.append(process_reward(step) + (bonus if echo else 0.0))
     return rewards
+
+
+# ----- turn-reward rules for gridworld ----------------------------------------------------------------------
+
+
+def distance_reward(before: float, after: float, size: float = BONUS) -> float:
+    """+size if a move lowered the distance to the goal (d_after < d_before), −size if it raised it, 0 if
+    neither (a bump into a wall, a malformed move): size · sign(d_before − d_after)."""
+    return size * float((after < before) - (after > before))
+
+
+def _distance_turn_rewards(trajectory: Trajectory, by: str, size: float) -> list[float]:
+    rewards = []
+    for step in trajectory.steps:
+        if "goal_distance" not in step.info:
+            raise ValueError(f"turn {step.info.get('turn', '?')} of {trajectory.traj_id!r} has no "
+                             "info['goal_distance']: the distance rules read gridworld trajectories only")
+        before, after = step.info["goal_distance"][by]
+        rewards.append(process_reward(step) + distance_reward(before, after, size))
+    return rewards
+
+
+def path_distance_turn_rewards(trajectory: Trajectory, size: float = BONUS) -> list[float]:
+    """r_t = process_reward(step_t) + size · sign(d(s_t) − d(s_{t+1})), d = fewest moves to the goal around
+    holes and walls (a hole: one farther than the farthest reachable cell)."""
+    return _distance_turn_rewards(trajectory, "path", size)
+
+
+def line_distance_turn_rewards(trajectory: Trajectory, size: float = BONUS) -> list[float]:
+    """r_t = process_reward(step_t) + size · sign(d(s_t) − d(s_{t+1})), d = |Δrow| + |Δcol| to the goal,
+    blind to holes and walls."""
+    return _distance_turn_rewards(trajectory, "line", size)

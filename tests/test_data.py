@@ -15,7 +15,8 @@ import pytest
 from course_lib import tasks
 from course_lib.envs import data_dir, load_tasks
 
-QUICK = ["lookup", "search_qa", "summarize", "gridworld"]  # the generators that run in a second or two
+# the generators that run in a second or two
+QUICK = ["lookup", "search_qa", "summarize", "gridworld", "gridworld_long"]
 ENVS_DIR = Path(tasks.__file__).resolve().parents[1] / "envs"
 
 

@@ -148,3 +148,68 @@ def test_turn_limit_default_is_twice_the_shortest_path(max_turns):
     env = make_env("gridworld", max_turns=max_turns)
     env.reset(SMALL)
     assert env.max_turns == (max_turns or 12)
+
+
+# A U of walls between S and G: walking straight up from S ends in its pocket at row 3, col 3.
+# . . G . .
+# . # # # .
+# . # . # .
+# . . . . .
+# . . S . .
+U_MAP = {"id": "u", "grid": ["..G..", ".###.", ".#.#.", ".....", "..S.."], "size": 5, "start": [4, 2],
+         "goal": [0, 2], "shortest_path_len": 8}
+
+
+def test_a_wall_stops_a_move_like_the_edge_and_no_path_crosses_it():
+    env = make_env("gridworld")
+    env.reset(U_MAP)
+    env.step(move("up"))
+    env.step(move("up"))
+    before = env.state_key()
+    result = env.step(move("up"))
+    assert result.observation == f"You hit the wall moving up; you stay in place.\n{before}"
+    assert env.position == (2, 2) and not result.done
+    distances = distances_to(U_MAP["grid"], (0, 2))
+    assert distances[(4, 2)] == 8 and (1, 2) not in distances
+
+
+def test_the_view_shows_the_window_around_the_agent_then_the_status_line():
+    env = make_env("gridworld")
+    obs = env.reset(dict(U_MAP, view=1))
+    assert obs == ". . .\n. A .\n# # #\nYou are at row 5, col 3. The goal is at row 1, col 3."
+    env.reset(dict(U_MAP, view=2))
+    env.step(move("right"))
+    assert env.state_key() == ("# . # . #\n. . . . #\n. S A . #\n# # # # #\n# # # # #\n"
+                               "You are at row 5, col 4. The goal is at row 1, col 3.")
+    env.step(move("up"))
+    env.step(move("left"))
+    env.step(move("up"))  # in the pocket, where the window is the whole map
+    assert env.state_key() == (". . G . .\n. # # # .\n. # A # .\n. . . . .\n. . S . .\n"
+                               "You are at row 3, col 3. The goal is at row 1, col 3.")
+
+
+def test_the_view_keeps_one_picture_per_cell_whatever_the_history():
+    a, b = make_env("gridworld"), make_env("gridworld")
+    a.reset(dict(U_MAP, view=2))
+    b.reset(dict(U_MAP, view=2))
+    for direction in ["left", "up", "right"]:
+        a.step(move(direction))
+    for direction in ["up", "up", "up", "down", "left", "right", "right", "left"]:  # a bump on the way
+        b.step(move(direction))
+    assert a.position == b.position == (3, 2) and a.state_key() == b.state_key()
+    assert a.state_key().endswith("You are at row 4, col 3. The goal is at row 1, col 3.")
+
+
+def test_each_turn_records_its_cells_and_the_goal_distances():
+    env = make_env("gridworld")
+    env.reset(U_MAP)
+    info = env.step(move("up")).info
+    assert info["cell_before"] == [4, 2] and info["cell_after"] == [3, 2]
+    assert info["goal_distance"] == {"path": [8, 7], "line": [4, 3]}
+    env.step(move("up"))
+    assert env.step(move("up")).info["goal_distance"] == {"path": [8, 8], "line": [2, 2]}  # the bump
+    assert env.step("go up").info["goal_distance"]["path"] == [8, 8]  # a malformed action moves nothing
+    env.reset(SMALL)
+    env.step(move("right"))
+    hole = env.step(move("down"))
+    assert hole.done and hole.info["goal_distance"] == {"path": [5, 7], "line": [5, 4]}  # farthest + 1

@@ -37,8 +37,9 @@ import torch
 from scipy import stats
 
 from course_lib import credit
-from course_lib.envs.gridworld import MOVES, GridWorldEnv, distances_to
+from course_lib.envs.gridworld import MOVES, GridWorldEnv, goal_distance
 from course_lib.protocol import format_tool_call
+from course_lib.rewards import distance_reward
 
 DIRECTIONS = tuple(MOVES)  # up, down, left, right: column k of a row of logits is DIRECTIONS[k]
 _ACTION_TEXT = {d: format_tool_call("move", {"direction": d}) for d in DIRECTIONS}
@@ -95,28 +96,16 @@ def path_rewards(
     farther, 0 if neither (a bump into the wall). (Not `rewards.process_rewards`, the trainer's rule for
     malformed actions and tool errors: a gridworld move is always well formed.)
 
-    by="path": distance = fewest moves around the holes (`distances_to`); aligned with the task, since
-    a move that lowers it is a move of some shortest path. by="line": distance = |Δrow| + |Δcol|, which
-    ignores the holes; it is misaligned: it can pay a step toward the goal that walks into a hole.
-    Stepping into a hole counts as "farther" with by="path" (the hole has no path distance).
+    by="path": distance = fewest moves around the holes and walls; aligned with the task, since a move
+    that lowers it is a move of some shortest path. by="line": distance = |Δrow| + |Δcol|, which ignores
+    them; it is misaligned: it can pay a step toward the goal that walks into a hole or a dead end.
+    Stepping into a hole counts as "farther" with by="path" (the hole has no path distance). The distance
+    is `envs.gridworld.goal_distance` and the rule `rewards.distance_reward`, which the LLM trainer's
+    gridworld rules (`rewards.path_distance_turn_rewards`, `line_distance_turn_rewards`) read too.
     """
     goal = tuple(task["goal"])
-    if by == "path":
-        dist = distances_to(task["grid"], goal)
-        far = max(dist.values()) + 1
-
-        def distance(cell: tuple[int, int]) -> float:
-            return dist.get(cell, far)
-    elif by == "line":
-        def distance(cell: tuple[int, int]) -> float:
-            return abs(cell[0] - goal[0]) + abs(cell[1] - goal[1])
-    else:
-        raise ValueError(f"by must be 'path' or 'line', got {by!r}")
-    rewards = []
-    for before, after in zip(episode.cells, episode.cells[1:]):
-        change = distance(before) - distance(after)
-        rewards.append(size * float(np.sign(change)))
-    return rewards
+    distances = [goal_distance(task["grid"], goal, cell, by) for cell in episode.cells]
+    return [distance_reward(before, after, size) for before, after in zip(distances, distances[1:])]
 
 
 def credit_inputs(

@@ -202,6 +202,16 @@ def test_nonfinite_in_a_row_counts_the_last_train_steps_only():
 
 
 def test_a_ctrl_c_inside_hold_waits_for_the_block_to_end(capsys):
+    # Python's own Ctrl+C handler, as in a terminal or a notebook (a job started in the background with `&`
+    # inherits SIGINT ignored, and then a Ctrl+C after hold() would rightly do nothing)
+    original = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_inside_hold_waits(capsys)
+    finally:
+        signal.signal(signal.SIGINT, original)
+
+
+def _ctrl_c_inside_hold_waits(capsys) -> None:
     before = signal.getsignal(signal.SIGINT)
     interrupt = DeferredInterrupt()
     done = []

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from course_lib import Sizes, fast_mode, runs_dir
+from course_lib import Sizes, fast_mode, rewards, runs_dir
 from course_lib.checkpoint import read_metrics
 from course_lib.credit import CREDIT_METHODS, step_group_sizes
 from course_lib.envs import load_tasks
@@ -79,6 +79,7 @@ class Preset(Sizes):
     seeds: tuple[int, ...]  # seeds run by default
     lr: float = 2e-5
     max_turns: int | None = None  # None: the environment's turn limit (ENV_OPTIONS)
+    sample_dtype: str = "float32"  # RolloutConfig.sample_dtype of the training rollouts
 
 
 PRESETS = {
@@ -96,6 +97,13 @@ PRESETS = {
     "gpu": Preset(steps=60, tasks_per_step=16, group_size=8, max_new_tokens=64, eval_tasks=200, eval_every=10,
                   warm=WarmStartSizes(n_demos=512, steps=96, batch_size=16), envs=("gridworld", "search_qa"),
                   seeds=(0, 1, 2, 3, 4)),
+    # horizon: the horizon curve (issue 38) on gridworld_long at shortest paths of 4, 8 and 12 moves (turn
+    # limits 8, 16, 24), all from one warm start on the three horizons' demonstrations. Evaluation on all 20
+    # held-out maps of a horizon; rollouts sample from the bf16 copy (benchmarks/sampler_dtype.py).
+    "horizon": Preset(steps=16, tasks_per_step=2, group_size=8, max_new_tokens=32, eval_tasks=20,
+                      eval_every=8, warm=None,
+                      envs=("gridworld_long-h4", "gridworld_long-h8", "gridworld_long-h12"),
+                      seeds=(0, 1, 2, 3, 4), sample_dtype="bfloat16"),
 }
 # Per environment: turn limit; the warm start's task filter (for presets with their own warm-start sizes) and
 # its overrides of course_warm_start (for the others); the RL filter (training and held-out tasks).
@@ -105,6 +113,29 @@ ENV_OPTIONS = {
     "search_qa": {"max_turns": 4, "warm_filter": {"hops": 1}, "course_overrides": {},
                   "rl_filter": {"hops": 2}},
 }
+# The long-horizon settings: one environment (`env`) at one horizon each, the turn limit twice the shortest
+# path, a context that holds that many turns (about 240 + 91 tokens a turn), GiGPO's and the turn reward's
+# ground in place (positions recur; `turn_reward` names the aligned per-turn reward of `course_lib.rewards`).
+for _h in (4, 8, 12, 16):
+    ENV_OPTIONS[f"gridworld_long-h{_h}"] = {
+        "env": "gridworld_long", "max_turns": 2 * _h, "max_context": 300 + 100 * 2 * _h + 64,
+        "warm_filter": {"horizon": _h}, "course_overrides": {}, "rl_filter": {"horizon": _h},
+        "turn_reward": "path_distance_turn_rewards"}
+
+
+def env_of(setting: str) -> str:
+    """The environment a setting (a key of ENV_OPTIONS) runs: its `env`, else the key itself."""
+    return ENV_OPTIONS[setting].get("env", setting)
+
+
+def max_context_of(setting: str) -> int:
+    return ENV_OPTIONS[setting].get("max_context", RolloutConfig.max_context)
+
+
+def turn_reward_fn_of(setting: str, method: str):
+    """The per-turn reward a "turn" run of this setting trains with (None: the trainer's process reward)."""
+    name = ENV_OPTIONS[setting].get("turn_reward")
+    return getattr(rewards, name) if name and method == "turn" else None
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -218,12 +249,12 @@ def warm_start_of(size: str, env: str) -> Path:
     """The preset's warm start: its own sizes, or (warm=None) the course's learning-mode warm start."""
     preset, opts = PRESETS[size], ENV_OPTIONS[env]
     if preset.warm is not None:
-        return ensure_warm_start(env, task_filter=opts["warm_filter"], progress=False,
+        return ensure_warm_start(env_of(env), task_filter=opts["warm_filter"], progress=False,
                                  **preset.warm.options())
     if fast_mode():
         raise SystemExit(f"the {size} preset starts from the course's learning-mode warm start; "
                          "unset COURSE_FAST")
-    return course_warm_start(env, progress=False, **opts["course_overrides"])
+    return course_warm_start(env_of(env), progress=False, **opts["course_overrides"])
 
 
 def start_eval(size: str, env: str, warm_path: Path) -> dict:
@@ -234,10 +265,10 @@ def start_eval(size: str, env: str, warm_path: Path) -> dict:
 
     def compute() -> dict:
         t0 = time.perf_counter()
-        result = evaluate(str(warm_path), env, n_tasks=preset.eval_tasks,
+        result = evaluate(str(warm_path), env_of(env), n_tasks=preset.eval_tasks,
                           task_filter=ENV_OPTIONS[env]["rl_filter"],
                           max_turns=max_turns_of(preset, env), max_new_tokens=preset.max_new_tokens,
-                          max_context=RolloutConfig.max_context)
+                          max_context=max_context_of(env))
         return {**result, "seconds": time.perf_counter() - t0, "warm_start": warm_path.name}
 
     start = cached_json(env_dir(size, env) / "start_eval.json", compute)
@@ -254,10 +285,11 @@ def step_group_stats(size: str, env: str, warm_path: Path, seed: int = 0) -> dic
 
     def compute() -> dict:
         model, tokenizer = load_policy(str(warm_path))
-        tasks = filter_tasks(load_tasks(env, "train"), ENV_OPTIONS[env]["rl_filter"])[: preset.tasks_per_step]
-        groups = rollout(model, tokenizer, env, tasks, group_size=preset.group_size,
+        tasks = filter_tasks(load_tasks(env_of(env), "train"),
+                             ENV_OPTIONS[env]["rl_filter"])[: preset.tasks_per_step]
+        groups = rollout(model, tokenizer, env_of(env), tasks, group_size=preset.group_size,
                          max_turns=max_turns_of(preset, env), max_new_tokens=preset.max_new_tokens,
-                         temperature=1.0, seed=seed, progress=False)
+                         temperature=1.0, seed=seed, max_context=max_context_of(env), progress=False)
         anchors = [s.anchor for g in groups for t in g for s in t.steps]
         group_ids = [t.group_id for g in groups for t in g for _ in t.steps]
         return group_summary(step_group_sizes(anchors, group_ids), len(anchors))
@@ -319,12 +351,14 @@ def train_config(size: str, env: str, method: str, seed: int, warm_path: Path) -
     evaluation step in turn (resuming from the checkpoint saved there), so no run repeats the shared step-0
     evaluation."""
     preset = PRESETS[size]
-    return TrainConfig(env=env, model=str(warm_path), run_dir=str(run_dir_of(size, env, method, seed)),
+    return TrainConfig(env=env_of(env), model=str(warm_path),
+                       run_dir=str(run_dir_of(size, env, method, seed)),
                        credit=method, steps=preset.steps, tasks_per_step=preset.tasks_per_step,
                        group_size=preset.group_size, optim=dict(lr=preset.lr), eval_every=0,
                        eval_tasks=preset.eval_tasks,
                        rollout=dict(max_turns=max_turns_of(preset, env),
-                                    max_new_tokens=preset.max_new_tokens),
+                                    max_new_tokens=preset.max_new_tokens, max_context=max_context_of(env),
+                                    sample_dtype=preset.sample_dtype),
                        checkpoint_every=0, seed=seed, task_filter=ENV_OPTIONS[env]["rl_filter"],
                        progress=False)
 
@@ -344,7 +378,8 @@ def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start:
         return json.loads(result_path.read_text())
     t0 = time.perf_counter()
     for stop in eval_steps(preset):
-        if train(dataclasses.replace(config, steps=stop))["interrupted"]:
+        if train(dataclasses.replace(config, steps=stop),
+                 turn_reward_fn=turn_reward_fn_of(env, method))["interrupted"]:
             raise KeyboardInterrupt  # train() saved a checkpoint; the next invocation resumes this run
     rows = read_metrics(run_dir)
     evals = [r for r in rows if r["kind"] == "eval"]
@@ -558,9 +593,85 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
               "| environment | rollouts | step rows | fraction in groups of size >= 2 "
               "| group-size histogram (size: groups) |",
               "|---|---|---|---|---|"] + group_rows(size, envs, results)
+    by_horizon = horizon_settings(envs)
+    if by_horizon:
+        lines += ["", "## Final success against the horizon", "",
+                  "Per method and horizon (shortest path in moves; the turn limit is twice that): the mean "
+                  "final held-out success over seeds with its 95% t-interval, and the number of seeds. The "
+                  "warm start's row is its step-0 evaluation with the 95% Wilson interval.", "",
+                  "| method | " + " | ".join(f"h = {h}" for h in by_horizon) + " |",
+                  "|---|" + "---|" * len(by_horizon)] + horizon_rows(size, by_horizon, methods, results)
+        plot_horizon(size, by_horizon, methods, results, out_png.with_name(out_png.stem + "_curve.png"))
     out_md.write_text("\n".join(lines) + "\n")
     plot(size, envs, methods, results, out_png)
     write_runs(size, results, out_md.with_name(out_md.stem + "_runs.json"))
+
+
+def horizon_settings(envs: list[str]) -> dict[int, str]:
+    """{horizon: setting} of the long-horizon settings among `envs` (empty when fewer than two)."""
+    found = {ENV_OPTIONS[e]["rl_filter"]["horizon"]: e for e in envs
+             if "horizon" in ENV_OPTIONS[e]["rl_filter"]}
+    return dict(sorted(found.items())) if len(found) >= 2 else {}
+
+
+def horizon_rows(size: str, by_horizon: dict[int, str], methods: list[str], results: list[dict]) -> list[str]:
+    cells = []
+    for env in by_horizon.values():
+        path = env_dir(size, env) / "start_eval.json"
+        st = json.loads(path.read_text()) if path.exists() else None
+        cells.append("-" if st is None else f"{st['success']:.3f} [{st['ci_low']:.3f}, {st['ci_high']:.3f}]")
+    lines = ["| *warm start (step 0)* | " + " | ".join(cells) + " |"]
+    for m in methods:
+        cells = []
+        for env in by_horizon.values():
+            finals = [r["final"] for r in by_seed(results, env, m).values()]
+            mean, low, high = t_interval(finals) if finals else (math.nan,) * 3
+            cells.append("-" if not finals else f"{mean:.3f} [{low:.3f}, {high:.3f}] (n={len(finals)})")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def plot_horizon(size: str, by_horizon: dict[int, str], methods: list[str], results: list[dict],
+                 path: Path) -> None:
+    """Final held-out success against the horizon: per method the mean over seeds with its 95% t-interval
+    (methods offset slightly in x), and the warm start's step-0 success with its Wilson interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.plots import method_color
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    horizons = list(by_horizon)
+    starts = [env_dir(size, e) / "start_eval.json" for e in by_horizon.values()]
+    if all(p.exists() for p in starts):
+        st = [json.loads(p.read_text()) for p in starts]
+        ax.errorbar(horizons, [s["success"] for s in st],
+                    yerr=[[s["success"] - s["ci_low"] for s in st],
+                          [s["ci_high"] - s["success"] for s in st]],
+                    color="grey", ls="--", marker="s", capsize=3, label="warm start (step 0)")
+    for i, m in enumerate(methods):
+        points = [(h, t_interval([r["final"] for r in by_seed(results, e, m).values()]),
+                   len(by_seed(results, e, m))) for h, e in by_horizon.items() if by_seed(results, e, m)]
+        if not points:
+            continue
+        x = np.array([h for h, _, _ in points]) + 0.15 * (i - (len(methods) - 1) / 2)
+        mean = np.array([b[0] for _, b, _ in points])
+        ax.errorbar(x, mean, yerr=[mean - [b[1] for _, b, _ in points], [b[2] for _, b, _ in points] - mean],
+                    color=method_color(m), marker="o", capsize=3, lw=2,
+                    label=f"{m} ({min(n for *_, n in points)}-{max(n for *_, n in points)} seeds)")
+    ax.set_xticks(horizons)
+    ax.set_xlabel("horizon: shortest path to the goal (moves); turn limit = 2 x horizon")
+    ax.set_ylabel(f"held-out success after {PRESETS[size].steps} RL steps")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"gridworld_long: final success against the horizon ({size} preset)\n"
+                 "mean over seeds, 95% t-interval")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def critic_variant_lines(size: str, results: list[dict]) -> list[str]:
@@ -659,12 +770,14 @@ def main(argv: list[str] | None = None) -> dict:
     # (measured: rollout 244 s vs 67 s, update 181 s vs 19 s).
     torch.set_num_threads(course_threads())
     preset = PRESETS[args.size]
+    prepared = {}
     for env in [] if args.report else args.envs or preset.envs:
-        warm, start = prepare(args.size, env)
+        prepared[env] = warm, start = prepare(args.size, env)
         print(f"{env:<10} warm start {warm.name}: held-out success {start['success']:.3f} "
               f"on {start['n']} tasks", flush=True)
-        # seed by seed: partial results pair up
-        for seed in args.seeds if args.seeds is not None else preset.seeds:
+    # seed by seed (then setting by setting): partial results pair up, at every setting
+    for seed in args.seeds if args.seeds is not None else preset.seeds:
+        for env, (warm, start) in prepared.items():
             for method in args.methods:
                 r = run_one(args.size, env, method, seed, warm, start)
                 if r is None:

@@ -103,6 +103,24 @@ def gridworld_warm_start_options(fast: bool, seed: int = 0) -> dict[str, Any]:
     return {**options, "task_filter": {"size": 4}} if fast else options
 
 
+LONG_HORIZONS = (4, 8, 12)  # the gridworld_long horizons its warm start demonstrates (and RL runs on)
+
+
+def gridworld_long_warm_start_options(fast: bool, seed: int = 0) -> dict[str, Any]:
+    """gridworld_long's warm start: the expert's shortest paths on training maps of horizons 4, 8 and 12,
+    shuffled (240 demonstrations, one pass in 30 steps of 8; turn limit 24, so the 12-move paths fit). The
+    expert sees the whole map and the model only its 5x5 window, so imitation stays imperfect: the warm start
+    succeeds sometimes, more often on the short maps, which is what RL needs at every horizon. Fast mode: a
+    tiny one on horizon-4 maps (CI)."""
+    if fast:
+        return {"n_demos": 4, "steps": 2, "batch_size": 2, "lr": 1e-4, "seed": seed, "max_turns": 8,
+                "task_filter": {"horizon": 4}}
+    tasks = [t for t in load_tasks("gridworld_long", "train") if t["horizon"] in LONG_HORIZONS]
+    random.Random(seed).shuffle(tasks)
+    return {"n_demos": len(tasks), "steps": 30, "batch_size": 8, "lr": 5e-5, "seed": seed, "max_turns": 24,
+            "tasks": tasks}
+
+
 def warm_start_options(env: str, fast: bool | None = None, seed: int = 0) -> dict[str, Any]:
     """The options of `env`'s warm start: the recipe its table entry names, else the standard one.
     `fast` defaults to `fast_mode()`."""
@@ -121,4 +139,5 @@ def course_warm_start(env: str, **overrides: Any) -> Path:
 
 __all__ = ["WarmStartSizes", "WARM_START", "mixed_hop_tasks", "HACK_FRACTION", "hack_demo_tasks",
            "standard_warm_start_options", "code_fix_warm_start_options", "search_qa_warm_start_options",
-           "gridworld_warm_start_options", "warm_start_options", "course_warm_start"]
+           "gridworld_warm_start_options", "LONG_HORIZONS", "gridworld_long_warm_start_options",
+           "warm_start_options", "course_warm_start"]

@@ -146,3 +146,45 @@ def test_shootout_runs_every_method_and_resumes(shootout, tmp_path):
     assert len(stamps) == len(shootout.METHODS)
     shootout.main(args)
     assert {p: p.stat().st_mtime for p in stamps} == stamps
+
+
+def test_long_horizon_settings_run_their_environment_with_its_limits(shootout, tmp_path):
+    """A setting "gridworld_long-h8" trains gridworld_long on horizon-8 maps with 16 turns, a context that
+    holds them, the bf16 sampler of the horizon preset, and the aligned path
+    reward for the turn method only."""
+    from course_lib import rewards
+
+    assert shootout.env_of("gridworld_long-h8") == "gridworld_long"
+    assert shootout.env_of("search_qa") == "search_qa"
+    config = shootout.train_config("horizon", "gridworld_long-h8", "turn", 3, tmp_path / "warm")
+    assert config.env == "gridworld_long" and config.task_filter == {"horizon": 8}
+    assert config.rollout.max_turns == 16 and config.rollout.sample_dtype == "bfloat16"
+    assert config.rollout.max_context >= 240 + 91 * 16 + 32  # the prompt, 16 full turns, one more action
+    assert shootout.turn_reward_fn_of("gridworld_long-h8", "turn") is rewards.path_distance_turn_rewards
+    assert shootout.turn_reward_fn_of("gridworld_long-h8", "outcome") is None
+    assert shootout.turn_reward_fn_of("search_qa", "turn") is None  # the trainer's process reward
+    assert shootout.horizon_settings(["search_qa", "gridworld_long-h4"]) == {}
+    assert shootout.horizon_settings(["gridworld_long-h12", "gridworld_long-h4"]) == {
+        4: "gridworld_long-h4", 12: "gridworld_long-h12"}
+
+
+def test_horizon_report(shootout, tmp_path):
+    """With runs at two horizons the report adds the table of final success against the horizon, and its
+    plot."""
+    for h, start, finals in ((4, 0.5, [0.6, 0.8]), (8, 0.25, [0.3, 0.5])):
+        env = f"gridworld_long-h{h}"
+        shootout.env_dir("horizon", env).mkdir(parents=True)
+        (shootout.env_dir("horizon", env) / "start_eval.json").write_text(json.dumps(
+            {"success": start, "ci_low": start - 0.2, "ci_high": start + 0.2, "n": 20, "warm_start": "w"}))
+        for seed, final in enumerate(finals):
+            run_dir = shootout.run_dir_of("horizon", env, "outcome", seed)
+            run_dir.mkdir(parents=True)
+            result = fake_result(env, "outcome", seed, [[0, start], [16, final]], [1, 0])
+            (run_dir / "result.json").write_text(json.dumps(result))
+    out = shootout.main(["--size", "horizon", "--report", "--out", str(tmp_path / "results")])
+    table = out["markdown"].read_text()
+    mean4, low4, high4 = shootout.t_interval([0.6, 0.8])
+    assert "| method | h = 4 | h = 8 |" in table
+    assert "| *warm start (step 0)* | 0.500 [0.300, 0.700] | 0.250 [0.050, 0.450] |" in table
+    assert f"| outcome | {mean4:.3f} [{low4:.3f}, {high4:.3f}] (n=2) | 0.400 [" in table
+    assert (tmp_path / "results" / "credit_shootout_horizon_curve.png").stat().st_size > 0

@@ -67,7 +67,8 @@ ENVIRONMENTS: dict[str, EnvSpec] = {
                          teaches_judge=True, light_judge_policy=True),
     "gridworld_long": EnvSpec("course_lib.envs.gridworld:LongGridWorldEnv", "course_lib.tasks.gridworld_long",
                               "gridworld_long", "walk walled maps seen through a 5x5 window: shortest paths "
-                              "of 4 to 24 moves (task field horizon), turn limits of 8 to 48"),
+                              "of 4 to 24 moves (task field horizon), turn limits of 8 to 48",
+                              warm_start="course_lib.warm_starts:gridworld_long_warm_start_options"),
 }
 
 

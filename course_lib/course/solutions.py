@@ -39,7 +39,9 @@ def tool_call_text(name: str, arguments: dict) -> str:
 
 
 def my_wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Centre (p + z²/2n)/(1 + z²/n), half-width z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n)."""
+    """Centre (p + z²/2n)/(1 + z²/n), half-width z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n); (0, 1) at n = 0."""
+    if n == 0:
+        return 0.0, 1.0  # no episode, no evidence: every rate is possible
     p = successes / n
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)

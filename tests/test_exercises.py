@@ -7,7 +7,7 @@ a stub is graded as the reference, and a wrong answer raises.
 The checks of the chapters' key ideas (03's trajectory and mask, 04's clipped loss, 05's group advantage,
 06's GiGPO step groups, 07's turn advantages, 08's GAE, 09's pairwise accuracy and group rewards, 10's diff
 check), the two that a text search once passed (00's is_tool_call, 10's is_hack_attempt) and 01's Wilson
-interval and 11's importance weights are also fed each typical mistake they target, and each
+interval, 08's parts of R² and 11's importance weights are also fed each typical mistake they target, and each
 must get its own hint.
 """
 
@@ -21,7 +21,6 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 
@@ -416,6 +415,21 @@ def _weights_with(mistake):
     return weights
 
 
+def _parts_with(mistake):
+    """r_squared_parts with one mistake, written with torch as a learner might."""
+    def parts(predictions, targets):
+        v, g = torch.tensor(predictions, dtype=torch.float64), torch.tensor(targets, dtype=torch.float64)
+        correction = 1 if mistake == "torch's default std" else 0
+        sd_v, sd_g = v.std(correction=correction), g.std(correction=correction)
+        r = float(torch.corrcoef(torch.stack([v, g]))[0, 1])
+        error = float(v.mean() - g.mean())
+        offset = {"offset not squared": error / sd_g**2, "offset in reward units": error**2}.get(
+            mistake, error**2 / sd_g**2)
+        scale = (sd_v - (1.0 if mistake == "scale against σ_G" else r) * sd_g) ** 2 / sd_g**2
+        return (r if mistake == "r, not r²" else r**2), float(offset), float(scale)
+    return parts
+
+
 # check name -> [(the mistake, a function that makes it, a piece of the hint it must get)]
 MISTAKES = {
     "wilson_interval": [
@@ -435,6 +449,13 @@ MISTAKES = {
         ("clipped from below too", _weights_with("clipped both ways"), "caps from above only"),
         ("cap on the log-ratio", _weights_with("cap on the log-ratio"), "caps the weight at exp(C)"),
         ("ratio of log-probs", _weights_with("ratio of log-probs"), "not ℓ_learner / ℓ_sampler"),
+    ],
+    "r_squared_parts": [
+        ("r, not r²", _parts_with("r, not r²"), "your first part is the correlation r"),
+        ("offset not squared", _parts_with("offset not squared"), "square the mean error"),
+        ("offset in reward units", _parts_with("offset in reward units"), "divide it by σ_G²"),
+        ("scale against σ_G", _parts_with("scale against σ_G"), "compare it with r·σ_G"),
+        ("torch's default std", _parts_with("torch's default std"), "divide by n − 1"),
     ],
     "is_tool_call": [
         ("looks for the opening tag", lambda t: "<tool_call>" in t, "not closed"),
@@ -594,8 +615,7 @@ CASES = {
                                                       for s in t.steps], "A repeat is the same query"),
     "pooled_turn_part": (sol.pooled_turn_part, _fair_turn_part, "G_t = Σ_k γ^(k−t) r_k"),
     "mean_future_rewards": (sol.mean_future_rewards, lambda r, g: sol.discounted(r, g), "sum of its weights"),
-    "r_squared": (sol.r_squared, lambda p, y: float(np.corrcoef(p, y)[0, 1] ** 2),
-                  "not the squared correlation"),
+    "r_squared_parts": (sol.r_squared_parts, _parts_with("r, not r²"), "the correlation r"),
     "clipped_value_loss": (sol.clipped_value_loss, lambda v, o, r, c: 0.5 * ((v - r) ** 2).mean(),
                            "V_clip = V_old + clip"),
     "truncated_gae": (sol.truncated_gae, _untruncated_gae, "next_value = last_value"),

@@ -345,12 +345,15 @@ def truncated_gae(rewards: list[float], values: list[float], last_value: float, 
     return advantages
 
 
-def r_squared(predictions: list[float], targets: list[float]) -> float:
-    """R² = 1 − Σ(y − ŷ)² / Σ(y − ȳ)²."""
-    mean = sum(targets) / len(targets)
-    errors = sum((y - p) ** 2 for p, y in zip(predictions, targets))
-    spread = sum((y - mean) ** 2 for y in targets)
-    return 1.0 - errors / spread
+def r_squared_parts(predictions: list[float], targets: list[float]) -> tuple[float, float, float]:
+    """(r², offset, scale), the parts of R² = r² − offset − scale: r the correlation of V and G,
+    offset = (mean V − mean G)²/σ_G², scale = (σ_V − r·σ_G)²/σ_G², moments over all n entries."""
+    n = len(targets)
+    mean_v, mean_g = sum(predictions) / n, sum(targets) / n
+    var_v = sum((v - mean_v) ** 2 for v in predictions) / n
+    var_g = sum((g - mean_g) ** 2 for g in targets) / n
+    r = sum((v - mean_v) * (g - mean_g) for v, g in zip(predictions, targets)) / n / math.sqrt(var_v * var_g)
+    return r**2, (mean_v - mean_g) ** 2 / var_g, (math.sqrt(var_v) - r * math.sqrt(var_g)) ** 2 / var_g
 
 
 # ----- notebook 09: LLM-as-a-judge reward --------------------------------------------------------------

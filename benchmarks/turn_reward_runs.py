@@ -212,7 +212,8 @@ def report(size: str) -> Path:
     start = json.loads((size_dir(size) / "start_eval.json").read_text())
     for r in results:
         r["curve"] = [(0, start["success"])] + [tuple(p) for p in r["curve"]]
-    out = {"size": size, "preset": asdict(PRESETS[size]),
+    # the seeds this file holds runs of (`--seeds` may have run others than the preset's default ones)
+    out = {"size": size, "preset": {**asdict(PRESETS[size]), "seeds": sorted({r["seed"] for r in results})},
            "arms": [a for a in ARMS if any(r["arm"] == a for r in results)],
            "warm_start": start["warm_start"],
            "start_eval": {k: start[k] for k in ("success", "n", "outcomes")},

@@ -6,8 +6,9 @@ a stub is graded as the reference, and a wrong answer raises.
 
 The checks of the chapters' key ideas (03's trajectory and mask, 04's clipped loss, 05's group advantage,
 06's GiGPO step groups, 07's turn advantages, 08's GAE, 09's pairwise accuracy and group rewards, 10's diff
-check) and the two that a text search once passed (00's is_tool_call, 10's is_hack_attempt) are also fed each
-typical mistake they target, and each must get its own hint.
+check), the two that a text search once passed (00's is_tool_call, 10's is_hack_attempt) and 01's Wilson
+interval, 08's parts of R² and 11's importance weights are also fed each typical mistake they target, and each
+must get its own hint.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 
@@ -377,8 +377,86 @@ def _diff_with(mistake):
     return diff
 
 
+def _wald(successes, n, z=1.96):
+    """The normal (Wald) interval p ± z·sqrt(p(1−p)/n), clipped to [0, 1]."""
+    p = successes / n
+    half = z * math.sqrt(p * (1 - p) / n)
+    return max(0.0, p - half), min(1.0, p + half)
+
+
+def _wilson_with(mistake):
+    """Wilson's interval with one mistake ("no guard": it divides by n = 0)."""
+    def interval(successes, n, z=1.96):
+        if n == 0 and mistake != "no guard":
+            return (0.0, 0.0) if mistake == "n = 0 gives (0, 0)" else (0.0, 1.0)
+        z = {"90% z": 1.645, "z ignored": 1.96}.get(mistake, z)
+        p = successes / n
+        shrink = 1 + z**2 / n
+        centre = p if mistake == "centre at p" else (p + z**2 / (2 * n)) / shrink
+        extra = 0.0 if mistake == "no z²/4n²" else z**2 / (4 * n**2)
+        half = z * math.sqrt(p * (1 - p) / n + extra) / shrink
+        return max(0.0, centre - half), min(1.0, centre + half)
+    return interval
+
+
+def _weights_with(mistake):
+    """Truncated importance weights with one mistake."""
+    def weights(learner, sampler, mask, cap):
+        ratio = torch.exp(learner - sampler)
+        return {
+            "ratio inverted": lambda: torch.clamp(torch.exp(sampler - learner), max=cap) * mask,
+            "no mask": lambda: torch.clamp(ratio, max=cap),
+            "masked inside the exp": lambda: torch.clamp(torch.exp((learner - sampler) * mask), max=cap),
+            "no cap": lambda: ratio * mask,
+            "clipped both ways": lambda: torch.clamp(ratio, 1 / cap, cap) * mask,
+            "cap on the log-ratio": lambda: torch.exp(torch.clamp(learner - sampler, max=cap)) * mask,
+            "ratio of log-probs": lambda: torch.clamp(learner / sampler, max=cap) * mask,
+        }[mistake]()
+    return weights
+
+
+def _parts_with(mistake):
+    """r_squared_parts with one mistake, written with torch as a learner might."""
+    def parts(predictions, targets):
+        v, g = torch.tensor(predictions, dtype=torch.float64), torch.tensor(targets, dtype=torch.float64)
+        correction = 1 if mistake == "torch's default std" else 0
+        sd_v, sd_g = v.std(correction=correction), g.std(correction=correction)
+        r = float(torch.corrcoef(torch.stack([v, g]))[0, 1])
+        error = float(v.mean() - g.mean())
+        offset = {"offset not squared": error / sd_g**2, "offset in reward units": error**2}.get(
+            mistake, error**2 / sd_g**2)
+        scale = (sd_v - (1.0 if mistake == "scale against σ_G" else r) * sd_g) ** 2 / sd_g**2
+        return (r if mistake == "r, not r²" else r**2), float(offset), float(scale)
+    return parts
+
+
 # check name -> [(the mistake, a function that makes it, a piece of the hint it must get)]
 MISTAKES = {
+    "wilson_interval": [
+        ("the normal interval", _wald, "That is the normal interval"),
+        ("z for 90%", _wilson_with("90% z"), "with z = 1.645; a 95% interval uses z = 1.96"),
+        ("no centre shift", _wilson_with("centre at p"), "centred on p = successes/n"),
+        ("no z²/4n²", _wilson_with("no z²/4n²"), "leaves out z²/4n²"),
+        ("n = 0 divides by zero", _wilson_with("no guard"), "divided by zero"),
+        ("n = 0 gives (0, 0)", _wilson_with("n = 0 gives (0, 0)"), "return (0.0, 1.0)"),
+        ("z argument ignored", _wilson_with("z ignored"), "use the z argument"),
+    ],
+    "truncated_importance_weights": [
+        ("ratio inverted", _weights_with("ratio inverted"), "the inverse ratio μ/π_θ"),
+        ("no mask", _weights_with("no mask"), "an observation was sampled by neither policy"),
+        ("mask inside the exp", _weights_with("masked inside the exp"), "because exp(0) = 1"),
+        ("no cap", _weights_with("no cap"), "a weight exceeds the cap"),
+        ("clipped from below too", _weights_with("clipped both ways"), "caps from above only"),
+        ("cap on the log-ratio", _weights_with("cap on the log-ratio"), "caps the weight at exp(C)"),
+        ("ratio of log-probs", _weights_with("ratio of log-probs"), "not ℓ_learner / ℓ_sampler"),
+    ],
+    "r_squared_parts": [
+        ("r, not r²", _parts_with("r, not r²"), "your first part is the correlation r"),
+        ("offset not squared", _parts_with("offset not squared"), "square the mean error"),
+        ("offset in reward units", _parts_with("offset in reward units"), "divide it by σ_G²"),
+        ("scale against σ_G", _parts_with("scale against σ_G"), "compare it with r·σ_G"),
+        ("torch's default std", _parts_with("torch's default std"), "divide by n − 1"),
+    ],
     "is_tool_call": [
         ("looks for the opening tag", lambda t: "<tool_call>" in t, "not closed"),
         ("looks for both tags", lambda t: "<tool_call>" in t and "</tool_call>" in t, "not valid JSON"),
@@ -504,9 +582,7 @@ CASES = {
     "is_tool_call": (sol.is_tool_call, lambda t: "<tool_call>" in t, "parse_action"),
     "tool_call_text": (sol.tool_call_text,
                        lambda n, a: f"<tool_call>{ {'name': n, 'arguments': a} }</tool_call>", "json.dumps"),
-    "wilson_interval": (sol.my_wilson, lambda s, n: (s / n - 1.96 * math.sqrt(s / n * (1 - s / n) / n),
-                                                      s / n + 1.96 * math.sqrt(s / n * (1 - s / n) / n)),
-                        "Centre (p + z²/2n)/(1 + z²/n)"),
+    "wilson_interval": (sol.my_wilson, _wald, "That is the normal interval"),
     "episodes_needed": (sol.episodes_needed, lambda h: int((1.96 * 0.5 / h) ** 2), "round up"),
     "classify_action": (sol.classify, lambda t: "tool_call" if "<tool_call>" in t else
                         "answer" if "<answer>" in t else "malformed", "make_env('lookup').tools"),
@@ -539,8 +615,7 @@ CASES = {
                                                       for s in t.steps], "A repeat is the same query"),
     "pooled_turn_part": (sol.pooled_turn_part, _fair_turn_part, "G_t = Σ_k γ^(k−t) r_k"),
     "mean_future_rewards": (sol.mean_future_rewards, lambda r, g: sol.discounted(r, g), "sum of its weights"),
-    "r_squared": (sol.r_squared, lambda p, y: float(np.corrcoef(p, y)[0, 1] ** 2),
-                  "not the squared correlation"),
+    "r_squared_parts": (sol.r_squared_parts, _parts_with("r, not r²"), "the correlation r"),
     "clipped_value_loss": (sol.clipped_value_loss, lambda v, o, r, c: 0.5 * ((v - r) ** 2).mean(),
                            "V_clip = V_old + clip"),
     "truncated_gae": (sol.truncated_gae, _untruncated_gae, "next_value = last_value"),
@@ -554,8 +629,7 @@ CASES = {
     "hack_attempt": (sol.is_hack_attempt, lambda t, a: "tests/" in t or "conftest" in t,
                      "Only a well-formed"),
     "truncated_importance_weights": (sol.my_weights,
-                                     lambda lp, sp, m, c: torch.clamp(torch.exp(sp - lp), max=c) * m,
-                                     "Check the sign"),
+                                     _weights_with("ratio inverted"), "the inverse ratio"),
     "effective_sample_size": (sol.effective_sample_size, lambda w, m: 1 / sol.effective_sample_size(w, m),
                               "not Σw² over (Σw)²"),
 }

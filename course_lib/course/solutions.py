@@ -39,7 +39,9 @@ def tool_call_text(name: str, arguments: dict) -> str:
 
 
 def my_wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Centre (p + z²/2n)/(1 + z²/n), half-width z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n)."""
+    """Centre (p + z²/2n)/(1 + z²/n), half-width z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n); (0, 1) at n = 0."""
+    if n == 0:
+        return 0.0, 1.0  # no episode, no evidence: every rate is possible
     p = successes / n
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)
@@ -193,25 +195,28 @@ def masked_token_advantages(advantage: float, turn_index: list[int], loss_mask: 
 # ----- notebook 06: GiGPO ------------------------------------------------------------------------------
 
 
+def _normalised(values: torch.Tensor, keys: list, eps: float) -> torch.Tensor:
+    """(x − mean)/(std + eps) within each set of rows sharing a key (06's and 07's groups of rows); 0
+    where a key has one row or equal values, which leave nothing to compare."""
+    out = torch.zeros_like(values)
+    for key in set(keys):
+        rows = [i for i, k in enumerate(keys) if k == key]
+        x = values[rows]
+        if len(rows) > 1 and not torch.all(x == x[0]):
+            out[rows] = (x - x.mean()) / (x.std() + eps)
+    return out
+
+
 def my_gigpo(step_rewards: list[float], anchors: list, group_ids: list, traj_ids: list, gamma: float = 0.95,
              omega: float = 1.0, eps: float = 1e-6) -> torch.Tensor:
     """A(t) = A_E(τ) + ω·A_S(t): R(τ) = Σ r_t normalised over the trajectories of τ's task, and
     G_t = r_t + γ·G_{t+1} normalised over the step group (same task, same anchor) of row t."""
 
-    def normalised(values: torch.Tensor, keys: list) -> torch.Tensor:
-        out = torch.zeros_like(values)
-        for key in set(keys):
-            rows = [i for i, k in enumerate(keys) if k == key]
-            x = values[rows]
-            if len(rows) > 1 and not torch.all(x == x[0]):  # one row, or equal values: nothing to compare
-                out[rows] = (x - x.mean()) / (x.std() + eps)
-        return out
-
     keys = list(zip(group_ids, traj_ids))  # trajectory ids need only be unique within a task
     trajectories = list(dict.fromkeys(keys))
     rows_of = {tau: [i for i, key in enumerate(keys) if key == tau] for tau in trajectories}
     episode_returns = torch.tensor([sum(step_rewards[i] for i in rows_of[tau]) for tau in trajectories])
-    episode_advantages = normalised(episode_returns, [task for task, _ in trajectories])
+    episode_advantages = _normalised(episode_returns, [task for task, _ in trajectories], eps)
     step_returns = torch.zeros(len(step_rewards))
     advantages = torch.zeros(len(step_rewards))
     for tau, a_episode in zip(trajectories, episode_advantages):
@@ -220,7 +225,7 @@ def my_gigpo(step_rewards: list[float], anchors: list, group_ids: list, traj_ids
             future = step_rewards[i] + gamma * future
             step_returns[i] = future
             advantages[i] = a_episode
-    return advantages + omega * normalised(step_returns, list(zip(group_ids, anchors)))
+    return advantages + omega * _normalised(step_returns, list(zip(group_ids, anchors)), eps)
 
 
 def discounted(rewards: list[float], gamma: float) -> list[float]:
@@ -250,20 +255,11 @@ def my_turn_advantages(turn_rewards: list[float], outcome_rewards: list[float], 
     """A(τ, t) = A_O(τ) + w·A_T(τ, t): R(τ) normalised over the trajectories of τ's group, and the
     discount-weighted mean of the turn rewards from t on normalised over the group's rows at turn index t."""
 
-    def normalised(values: torch.Tensor, keys: list) -> torch.Tensor:
-        out = torch.zeros_like(values)
-        for key in set(keys):
-            rows = [i for i, k in enumerate(keys) if k == key]
-            x = values[rows]
-            if len(rows) > 1 and not torch.all(x == x[0]):  # one row, or equal values: nothing to compare
-                out[rows] = (x - x.mean()) / (x.std() + eps)
-        return out
-
     keys = list(zip(group_ids, traj_ids))
     trajectories = list(dict.fromkeys(keys))
     rows_of = {tau: [i for i, key in enumerate(keys) if key == tau] for tau in trajectories}
-    outcome = normalised(torch.tensor([float(outcome_rewards[rows_of[tau][0]]) for tau in trajectories]),
-                         [group for group, _ in trajectories])
+    outcome = _normalised(torch.tensor([float(outcome_rewards[rows_of[tau][0]]) for tau in trajectories]),
+                          [group for group, _ in trajectories], eps)
     future_mean = torch.zeros(len(turn_rewards))
     advantages = torch.zeros(len(turn_rewards))
     turn_index = [0] * len(turn_rewards)
@@ -272,7 +268,7 @@ def my_turn_advantages(turn_rewards: list[float], outcome_rewards: list[float], 
         for t, i in reversed(list(enumerate(rows_of[tau]))):
             total, mass = turn_rewards[i] + gamma * total, 1.0 + gamma * mass
             future_mean[i], turn_index[i], advantages[i] = total / mass, t, a_outcome
-    return advantages + weight * normalised(future_mean, list(zip(group_ids, turn_index)))
+    return advantages + weight * _normalised(future_mean, list(zip(group_ids, turn_index)), eps)
 
 
 def repeat_penalty(trajectory: Any) -> list[float]:
@@ -297,13 +293,7 @@ def pooled_turn_part(
     from course_lib.credit import discounted_returns
 
     returns = discounted_returns(turn_rewards, list(zip(group_ids, traj_ids)), gamma=gamma)
-    out = torch.zeros_like(returns)
-    for g in set(group_ids):
-        rows = [i for i, x in enumerate(group_ids) if x == g]
-        x = returns[rows]
-        if len(rows) > 1 and not torch.all(x == x[0]):
-            out[rows] = (x - x.mean()) / (x.std() + 1e-4)
-    return out
+    return _normalised(returns, group_ids, 1e-4)
 
 
 def mean_future_rewards(turn_rewards: list[float], gamma: float) -> list[float]:
@@ -355,12 +345,15 @@ def truncated_gae(rewards: list[float], values: list[float], last_value: float, 
     return advantages
 
 
-def r_squared(predictions: list[float], targets: list[float]) -> float:
-    """R² = 1 − Σ(y − ŷ)² / Σ(y − ȳ)²."""
-    mean = sum(targets) / len(targets)
-    errors = sum((y - p) ** 2 for p, y in zip(predictions, targets))
-    spread = sum((y - mean) ** 2 for y in targets)
-    return 1.0 - errors / spread
+def r_squared_parts(predictions: list[float], targets: list[float]) -> tuple[float, float, float]:
+    """(r², offset, scale), the parts of R² = r² − offset − scale: r the correlation of V and G,
+    offset = (mean V − mean G)²/σ_G², scale = (σ_V − r·σ_G)²/σ_G², moments over all n entries."""
+    n = len(targets)
+    mean_v, mean_g = sum(predictions) / n, sum(targets) / n
+    var_v = sum((v - mean_v) ** 2 for v in predictions) / n
+    var_g = sum((g - mean_g) ** 2 for g in targets) / n
+    r = sum((v - mean_v) * (g - mean_g) for v, g in zip(predictions, targets)) / n / math.sqrt(var_v * var_g)
+    return r**2, (mean_v - mean_g) ** 2 / var_g, (math.sqrt(var_v) - r * math.sqrt(var_g)) ** 2 / var_g
 
 
 # ----- notebook 09: LLM-as-a-judge reward --------------------------------------------------------------

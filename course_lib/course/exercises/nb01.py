@@ -13,22 +13,85 @@ from course_lib.course.grading import ExerciseFailed, graded
 
 
 def check_wilson_interval(fn: Any) -> Any:
-    """Notebook 01: `fn(successes, n) -> (low, high)`, the 95% Wilson score interval."""
+    """Notebook 01: `fn(successes, n, z=1.96) -> (low, high)`, the Wilson score interval ((0, 1) at n = 0)."""
     return graded(fn, "my_wilson",
-                  "return (low, high), the 95% Wilson score interval for successes out of n.",
+                  "return (low, high), the 95% Wilson score interval for successes out of n, and (0, 1) when "
+                  "n = 0.",
                   _grade_wilson_interval)
+
+
+def _wilson_variant(successes: int, n: int, z: float = 1.96, *, centre: str = "wilson",
+                    small_n_term: bool = True, shrink: bool = True) -> tuple[float, float]:
+    """Wilson's interval the right way or with one mistake: centre "p" (not pulled toward 1/2), no z²/4n² in
+    the half-width, or neither part divided by 1 + z²/n."""
+    import math
+
+    p = successes / n
+    denominator = 1 + z**2 / n if shrink else 1.0
+    middle = p if centre == "p" else (p + z**2 / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + (z**2 / (4 * n**2) if small_n_term else 0.0)) / denominator
+    return max(0.0, middle - half), min(1.0, middle + half)
+
+
+def _normal_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    import math
+
+    p = successes / n
+    half = z * math.sqrt(p * (1 - p) / n)
+    return p - half, p + half
+
+
+def _same(got, expected) -> bool:
+    import math
+
+    return len(got) == 2 and all(math.isclose(float(g), e, abs_tol=1e-6) for g, e in zip(got, expected))
+
+
+def _wilson_hint(got, successes: int, n: int) -> str:
+    """What the interval `got` for successes/n did wrong, when it is a typical mistake."""
+    normal = _normal_interval(successes, n)
+    if _same(got, normal) or _same(got, (max(0.0, normal[0]), min(1.0, normal[1]))):
+        return ("That is the normal interval p ± z·sqrt(p(1−p)/n), which has width 0 at 0/n and n/n. "
+                "Wilson's measures the spread at J, not at p: use the centre and half-width above")
+    for z in (1.645, 2.0, 2.576, 1.0):
+        if _same(got, _wilson_variant(successes, n, z)):
+            return f"Your interval is Wilson's with z = {z}; a 95% interval uses z = 1.96"
+    if _same(got, _wilson_variant(successes, n, centre="p")):
+        return ("Your interval is centred on p = successes/n. Wilson's centre is shifted toward 1/2: "
+                "(p + z²/2n)/(1 + z²/n)")
+    if _same(got, _wilson_variant(successes, n, small_n_term=False)):
+        return ("Your half-width leaves out z²/4n² under the square root, so it is 0 at 0/n: "
+                "z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n)")
+    if _same(got, _wilson_variant(successes, n, shrink=False)):
+        return "Divide both the centre and the half-width by 1 + z²/n"
+    return ("Centre (p + z²/2n)/(1 + z²/n), half-width z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n), z = 1.96, "
+            "clipped to [0, 1]")
 
 
 def _grade_wilson_interval(fn) -> str:
     from course_lib import wilson_interval
 
     for successes, n in [(0, 10), (5, 10), (10, 10), (37, 100), (1, 3)]:
-        got, expected = fn(successes, n), wilson_interval(successes, n)
-        if any(abs(float(g) - e) > 1e-6 for g, e in zip(got, expected)):
-            raise ExerciseFailed(f"for {successes}/{n} you gave ({got[0]:.4f}, {got[1]:.4f}), expected "
-                                 f"({expected[0]:.4f}, {expected[1]:.4f}). Centre (p + z²/2n)/(1 + z²/n), "
-                                 "half-width z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n), z = 1.96.")
-    return "your interval matches course_lib.wilson_interval, including at 0/n and n/n."
+        got, expected = tuple(fn(successes, n)), wilson_interval(successes, n)
+        if not _same(got, expected):
+            shown = ", ".join(f"{float(x):.4f}" for x in got)
+            raise ExerciseFailed(f"for {successes}/{n} you gave ({shown}), expected ({expected[0]:.4f}, "
+                                 f"{expected[1]:.4f}). {_wilson_hint(got, successes, n)}.")
+    try:
+        got = tuple(fn(0, 0))
+    except ZeroDivisionError:
+        raise ExerciseFailed("for 0 episodes (n = 0) your function divided by zero. No episode, no evidence: "
+                             "return (0.0, 1.0), every rate is still possible.") from None
+    if not _same(got, (0.0, 1.0)):  # a nan is never the same
+        raise ExerciseFailed(f"for 0 episodes (n = 0) you gave {got}: with no evidence every rate is still "
+                             "possible, so return (0.0, 1.0).")
+    got, expected = tuple(fn(3, 10, 2.576)), wilson_interval(3, 10, 2.576)
+    if not _same(got, expected):
+        ignored = _same(got, wilson_interval(3, 10))
+        raise ExerciseFailed("for 3/10 with z = 2.576 (a 99% interval) " + (
+            "you gave the 95% interval: use the z argument, do not fix 1.96 inside the function."
+            if ignored else f"you gave {got}, expected ({expected[0]:.4f}, {expected[1]:.4f})."))
+    return "your interval matches course_lib.wilson_interval, including at 0/n, n/n and n = 0."
 
 
 def check_episodes_needed(fn: Any) -> Any:

@@ -1,5 +1,5 @@
 """The exercise checks of notebook 08, a critic again (`notebooks/08_critic.ipynb`): check_gae (the key idea:
-GAE with a value baseline), check_clipped_value_loss, check_truncated_gae, check_r_squared.
+GAE with a value baseline), check_clipped_value_loss, check_truncated_gae, check_r_squared_parts.
 
 Each check grades one exercise and returns what the cells below should use (the rules:
 `course_lib.course.grading`).
@@ -191,32 +191,80 @@ def _grade_truncated_gae(fn) -> str:
     return "a truncated episode keeps the critic's estimate of what would have come next."
 
 
-def check_r_squared(fn: Any) -> Any:
-    """Notebook 08: `fn(predictions, targets) -> float`, R² = 1 − Σ(y − ŷ)² / Σ(y − ȳ)²."""
+def check_r_squared_parts(fn: Any) -> Any:
+    """Notebook 08: `fn(predictions, targets) -> (r², offset, scale)`, the parts of
+    R² = r² − offset − scale."""
     return graded(
         fn,
-        "r_squared",
-        "return 1 − (sum of squared errors) / (sum of squares around the targets' mean).",
-        _grade_r_squared,
+        "r_squared_parts",
+        "return (r², offset, scale): r = cov(V, G)/(σ_V·σ_G), offset = (mean V − mean G)²/σ_G², "
+        "scale = (σ_V − r·σ_G)²/σ_G², with means over all entries (divide by n).",
+        _grade_r_squared_parts,
     )
 
 
-def _grade_r_squared(fn) -> str:
-    import numpy as np
+# (predictions V, targets G): a critic with all three faults; one only 0.3 too high (r² = 1, offset 0.45);
+# one halfway between the returns and their mean (r² = 1, scale 0.25)
+_PARTS_CASES = [([0.3, 0.5, 0.9, 0.6, 0.4, 0.2], [0.0, 0.0, 1.0, 1.0, 0.5, 0.0]),
+                ([0.3, 0.3, 1.3, 1.3, 0.8], [0.0, 0.0, 1.0, 1.0, 0.5]),
+                ([0.25, 0.25, 0.75, 0.75, 0.5], [0.0, 0.0, 1.0, 1.0, 0.5])]
 
-    cases = [
-        ([0.1, 0.4, 0.5, 0.9], [0.0, 0.5, 0.5, 1.0]),
-        ([0.6, 0.7, 0.8, 0.9], [0.0, 0.5, 0.5, 1.0]),  # the right order, shifted up: R² < correlation²
-        ([0.5, 0.5, 0.5, 0.5], [0.0, 0.5, 0.5, 1.0]),
-    ]   # the mean itself: R² = 0
-    for predictions, targets in cases:
-        y, p = np.asarray(targets, float), np.asarray(predictions, float)
-        expected = 1 - ((y - p) ** 2).sum() / ((y - y.mean()) ** 2).sum()
-        got = float(fn(predictions, targets))
-        if not abs(got - expected) < 1e-6:
-            raise ExerciseFailed(
-                f"for predictions {predictions} and targets {targets} you gave {got:.4f}, expected "
-                f"{expected:.4f}. R² compares the errors with the spread of the targets around their "
-                "own mean; it is not the squared correlation, which forgives a biased critic."
-            )
-    return "a critic that predicts the mean scores 0, a biased one can score below 0, a perfect one 1."
+
+def _parts_with(predictions, targets, mistake: str | None = None) -> tuple[float, float, float]:
+    """(r², offset, scale) the right way or with one mistake."""
+    import math
+
+    n = len(targets)
+    mean_v, mean_g = sum(predictions) / n, sum(targets) / n
+    divide_by = n - 1 if mistake == "n − 1" else n
+    var_v = sum((v - mean_v) ** 2 for v in predictions) / divide_by
+    var_g = sum((g - mean_g) ** 2 for g in targets) / divide_by
+    covariance = sum((v - mean_v) * (g - mean_g) for v, g in zip(predictions, targets)) / divide_by
+    r = covariance / math.sqrt(var_v * var_g)
+    error = mean_v - mean_g
+    offset = {"offset not squared": error / var_g,
+              "offset in reward units": error**2}.get(mistake, error**2 / var_g)
+    spread = math.sqrt(var_v) - (1.0 if mistake == "scale without r" else r) * math.sqrt(var_g)
+    return (r if mistake == "r not squared" else r**2), offset, spread**2 / var_g
+
+
+_PARTS_HINTS = {
+    "r not squared": "your first part is the correlation r; return its square r², the share of the variance "
+                     "a perfect ranking would explain",
+    "offset not squared": "your offset is the mean error over σ_G²; square the mean error: "
+                          "(mean V − mean G)²/σ_G²",
+    "offset in reward units": "your offset is the squared mean error in reward² units; divide it by σ_G², so "
+                              "that every part is a share of the returns' variance, as R² is",
+    "scale without r": "your scale compares σ_V with σ_G; compare it with r·σ_G, the spread that a critic "
+                       "correlated r with the returns should have: (σ_V − r·σ_G)²/σ_G²",
+    "n − 1": "your variances divide by n − 1 (torch's var() and std() do by default); R² divides by n, so "
+             "use correction=0 or means over all entries",
+}
+
+
+def _grade_r_squared_parts(fn) -> str:
+    import math
+
+    for predictions, targets in _PARTS_CASES:
+        expected = _parts_with(predictions, targets)
+        got = tuple(float(x) for x in fn(list(predictions), list(targets)))
+        if len(got) == 3 and all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(got, expected)):
+            continue
+        case = f"for V = {predictions} and G = {targets}"
+        shown = ", ".join(f"{x:.4f}" for x in got)
+        if len(got) != 3:
+            raise ExerciseFailed(f"{case} you returned {len(got)} numbers: return three, (r², offset, scale)")
+        hint = next((h for mistake, h in _PARTS_HINTS.items()
+                     if all(math.isclose(a, b, abs_tol=1e-6)
+                            for a, b in zip(got, _parts_with(predictions, targets, mistake)))), None)
+        if hint is None:
+            r2 = 1 - (sum((g - v) ** 2 for v, g in zip(predictions, targets))
+                      / sum((g - sum(targets) / len(targets)) ** 2 for g in targets))
+            hint = (f"r² − offset − scale should equal R² = {r2:.4f}; yours gives "
+                    f"{got[0] - got[1] - got[2]:.4f}. r = cov(V, G)/(σ_V·σ_G), "
+                    "offset = (mean V − mean G)²/σ_G², scale = (σ_V − r·σ_G)²/σ_G²")
+        raise ExerciseFailed(f"{case} you gave ({shown}), expected "
+                             f"({', '.join(f'{x:.4f}' for x in expected)}): {hint}.")
+    return ("R² = r² − offset − scale: a critic that ranks the returns well still loses R² for being too "
+            "high or too low on average (offset), and for spreading its predictions more or less than r "
+            "warrants (scale).")

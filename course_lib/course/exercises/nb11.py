@@ -55,21 +55,67 @@ def check_truncated_importance_weights(fn: Any) -> Any:
                   _grade_truncated_importance_weights)
 
 
+def _weights_with(mistake: str):
+    """Truncated importance weights with one typical mistake."""
+    import torch
+
+    def weights(learner, sampler, mask, cap):
+        if mistake == "ratio inverted":
+            return torch.clamp(torch.exp(sampler - learner), max=cap) * mask
+        if mistake == "no mask":
+            return torch.clamp(torch.exp(learner - sampler), max=cap)
+        if mistake == "masked inside the exp":
+            return torch.clamp(torch.exp((learner - sampler) * mask), max=cap)
+        if mistake == "no cap":
+            return torch.exp(learner - sampler) * mask
+        if mistake == "clipped both ways":
+            return torch.clamp(torch.exp(learner - sampler), 1 / cap, cap) * mask
+        if mistake == "cap on the log-ratio":
+            return torch.exp(torch.clamp(learner - sampler, max=cap)) * mask
+        assert mistake == "ratio of log-probs"
+        return torch.clamp(learner / sampler, max=cap) * mask
+
+    return weights
+
+
+_WEIGHT_HINTS = {
+    "ratio inverted": "you computed exp(ℓ_sampler − ℓ_learner), the inverse ratio μ/π_θ: the weight is "
+                      "π_θ/μ = exp(ℓ_learner − ℓ_sampler), the learner's probability over the sampler's",
+    "no mask": "tokens with mask 0 got a weight: an observation was sampled by neither policy, so multiply "
+               "by the mask",
+    "masked inside the exp": "tokens with mask 0 got weight 1, because exp(0) = 1: multiply the weight by "
+                             "the mask after the exp, not the log-ratio before it",
+    "no cap": "a weight exceeds the cap: min(w_t, C) bounds each weight from above",
+    "clipped both ways": "you raised the small weights to 1/C as well: the truncation caps from above only, "
+                         "so a token the learner finds less likely than the sampler did keeps its weight "
+                         "below 1",
+    "cap on the log-ratio": "you capped the log-ratio ℓ_learner − ℓ_sampler at C, which caps the weight at "
+                            "exp(C): cap the weight itself, min(exp(ℓ_learner − ℓ_sampler), C)",
+    "ratio of log-probs": "ℓ are log-probs, so the probability ratio is exp(ℓ_learner − ℓ_sampler), not "
+                          "ℓ_learner / ℓ_sampler",
+}
+
+
 def _grade_truncated_importance_weights(fn) -> str:
     import torch
 
     g = torch.Generator().manual_seed(0)
     learner = -torch.rand(3, 5, generator=g) * 3
-    sampler = learner + torch.randn(3, 5, generator=g) * 0.8
+    sampler = (learner + torch.randn(3, 5, generator=g) * 0.8).clamp(max=-0.05)  # log-probs are ≤ 0
+    sampler[1, 3] = learner[1, 3] - 2.5  # a token the sampler found far less likely: ratio e^2.5 ≈ 12
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 1, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.float32)
     for cap in (2.0, 1.2):
         expected = torch.clamp(torch.exp(learner - sampler), max=cap) * mask
         got = torch.as_tensor(fn(learner, sampler, mask, cap), dtype=torch.float32)
-        if got.shape != expected.shape or not torch.allclose(got, expected, atol=1e-5):
-            raise ExerciseFailed(
-                f"with cap = {cap}, expected min(exp(ℓ_learner − ℓ_sampler), cap) on masked tokens "
-                "and 0 elsewhere. Check the sign of the difference and that you only cap from above."
-            )
+        if got.shape != expected.shape:
+            raise ExerciseFailed(f"you returned shape {tuple(got.shape)}, expected {tuple(expected.shape)}: "
+                                 "one weight per token, [B, T]")
+        if torch.allclose(got, expected, atol=1e-5):
+            continue
+        hint = next((h for mistake, h in _WEIGHT_HINTS.items()
+                     if torch.allclose(got, _weights_with(mistake)(learner, sampler, mask, cap), atol=1e-5)),
+                    "expected min(exp(ℓ_learner − ℓ_sampler), cap) on masked tokens and 0 elsewhere")
+        raise ExerciseFailed(f"with cap = {cap}, {hint}.")
     return "a stale sampler's tokens are re-weighted, and no single token can weigh more than the cap."
 
 

@@ -32,7 +32,7 @@ def test_every_horizon_has_its_share_and_a_filter_picks_it(splits):
     train, test = splits
     for horizon in HORIZONS:
         assert len(filter_tasks(train, {"horizon": horizon})) == 80
-        assert len(filter_tasks(test, {"horizon": horizon})) == 20
+        assert len(filter_tasks(test, {"horizon": horizon})) == 40
 
 
 def test_train_and_test_layouts_are_disjoint_and_unique(splits):

@@ -55,8 +55,9 @@ from course_lib.train.config import RolloutConfig, TrainConfig
 from course_lib.train.loop import train
 from course_lib.warm_starts import WarmStartSizes, course_warm_start
 
-# the credit methods compared (fixed: runs pair up across workers)
-METHODS = ("outcome", "gigpo", "turn", "critic")
+# the credit methods a preset may compare, in the reports' order (a preset's `methods` are fixed: runs pair
+# up across workers)
+METHODS = ("outcome", "gigpo", "turn", "turn_dense", "critic")
 assert set(METHODS) <= set(CREDIT_METHODS), "every compared method is registered in course_lib.credit"
 BASELINE = "outcome"  # every other method is compared with this one, seed by seed
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -80,6 +81,7 @@ class Preset(Sizes):
     lr: float = 2e-5
     max_turns: int | None = None  # None: the environment's turn limit (ENV_OPTIONS)
     sample_dtype: str = "float32"  # RolloutConfig.sample_dtype of the training rollouts
+    methods: tuple[str, ...] = ("outcome", "gigpo", "turn", "critic")  # the methods run by default
 
 
 PRESETS = {
@@ -103,7 +105,10 @@ PRESETS = {
     "horizon": Preset(steps=16, tasks_per_step=2, group_size=8, max_new_tokens=32, eval_tasks=40,
                       eval_every=8, warm=None,
                       envs=("gridworld_long-h4", "gridworld_long-h8", "gridworld_long-h12"),
-                      seeds=(0, 1, 2, 3, 4), sample_dtype="bfloat16"),
+                      seeds=(0, 1, 2, 3, 4), sample_dtype="bfloat16",
+                      # turn_dense: where most groups fail together, the turn rewards alone still move
+                      # the policy (the tabular companion's working turn credit at every horizon)
+                      methods=("outcome", "gigpo", "turn_dense", "critic")),
 }
 # Per environment: turn limit; the warm start's task filter (for presets with their own warm-start sizes) and
 # its overrides of course_warm_start (for the others); the RL filter (training and held-out tasks).
@@ -133,9 +138,10 @@ def max_context_of(setting: str) -> int:
 
 
 def turn_reward_fn_of(setting: str, method: str):
-    """The per-turn reward a "turn" run of this setting trains with (None: the trainer's process reward)."""
+    """The per-turn reward a turn-credit run of this setting trains with (None: the trainer's process
+    reward)."""
     name = ENV_OPTIONS[setting].get("turn_reward")
-    return getattr(rewards, name) if name and method == "turn" else None
+    return getattr(rewards, name) if name and method in ("turn", "turn_dense") else None
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -760,7 +766,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=sorted(PRESETS), default="cpu")
     ap.add_argument("--envs", nargs="+", choices=list(ENV_OPTIONS), help="default: the preset's")
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--methods", nargs="+", choices=list(METHODS), help="default: the preset's")
     ap.add_argument("--seeds", nargs="+", type=int, help="default: the preset's")
     ap.add_argument("--report", action="store_true",
                     help="train nothing: write the results file from finished runs")
@@ -778,7 +784,7 @@ def main(argv: list[str] | None = None) -> dict:
     # seed by seed (then setting by setting): partial results pair up, at every setting
     for seed in args.seeds if args.seeds is not None else preset.seeds:
         for env, (warm, start) in prepared.items():
-            for method in args.methods:
+            for method in args.methods or preset.methods:
                 r = run_one(args.size, env, method, seed, warm, start)
                 if r is None:
                     print(f"{env:<10} {method:<8} seed {seed}: another worker is running it", flush=True)

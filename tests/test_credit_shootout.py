@@ -129,9 +129,10 @@ def test_report_from_partial_results(shootout, tmp_path):
 def test_shootout_runs_every_method_and_resumes(shootout, tmp_path):
     args = ["--size", "tiny", "--envs", "gridworld", "--seeds", "0", "--out", str(tmp_path / "results")]
     out = shootout.main(args)
-    assert sorted(r["method"] for r in out["results"]) == sorted(shootout.METHODS)
+    methods = shootout.PRESETS["tiny"].methods
+    assert sorted(r["method"] for r in out["results"]) == sorted(methods)
     table = out["markdown"].read_text()
-    for method in shootout.METHODS:
+    for method in methods:
         assert f"| gridworld | {method} | 1 |" in table
     assert "| gridworld | *warm start (step 0)* |" in table
     assert "| gridworld | warm start, one step's rollouts |" in table
@@ -143,7 +144,7 @@ def test_shootout_runs_every_method_and_resumes(shootout, tmp_path):
         assert not (shootout.run_dir_of("tiny", "gridworld", r["method"], 0) / "checkpoint").exists()
     # A second invocation finds every run finished and trains nothing.
     stamps = {p: p.stat().st_mtime for p in out["run_root"].glob("*/*/seed0/result.json")}
-    assert len(stamps) == len(shootout.METHODS)
+    assert len(stamps) == len(methods)
     shootout.main(args)
     assert {p: p.stat().st_mtime for p in stamps} == stamps
 
@@ -161,6 +162,7 @@ def test_long_horizon_settings_run_their_environment_with_its_limits(shootout, t
     assert config.rollout.max_turns == 16 and config.rollout.sample_dtype == "bfloat16"
     assert config.rollout.max_context >= 240 + 91 * 16 + 32  # the prompt, 16 full turns, one more action
     assert shootout.turn_reward_fn_of("gridworld_long-h8", "turn") is rewards.path_distance_turn_rewards
+    assert shootout.turn_reward_fn_of("gridworld_long-h8", "turn_dense") is rewards.path_distance_turn_rewards
     assert shootout.turn_reward_fn_of("gridworld_long-h8", "outcome") is None
     assert shootout.turn_reward_fn_of("search_qa", "turn") is None  # the trainer's process reward
     assert shootout.horizon_settings(["search_qa", "gridworld_long-h4"]) == {}

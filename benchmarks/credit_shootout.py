@@ -399,6 +399,8 @@ def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start:
               "mean_turns_success": evals[-1].get("mean_turns_success"), "seconds": time.perf_counter() - t0,
               "train_tokens": sum(r.get("train_tokens", 0) for r in trains), "steps_run": len(trains),
               "equal_reward_groups": sum(r.get("equal_reward_groups", 0) for r in trains),
+              "nonzero_advantage_tokens": float(np.mean([r.get("nonzero_advantage_tokens", 0.0)
+                                                         for r in trains] or [0.0])),
               "updates": sum(not r.get("skipped_update") for r in trains),
               "step_group_sizes": dict(sizes), "step_rows": sum(k * v for k, v in sizes.items()),
               "machine": machine(), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -446,7 +448,7 @@ def method_rows(size: str, env: str, methods: list[str], results: list[dict]) ->
         lines.append(f"| {env} | *warm start (step 0)* | - | 0: {st['success']:.3f} | {st['success']:.3f} "
                      "| - | "
                      f"95% Wilson interval [{st['ci_low']:.3f}, {st['ci_high']:.3f}] on {st['n']} tasks | "
-                     f"{'-' if turns is None else f'{turns:.2f}'} | - | - | - | - |")
+                     f"{'-' if turns is None else f'{turns:.2f}'} | - | - | - | - | - |")
     for m in methods:
         rs = list(by_seed(results, env, m).values())
         if not rs:
@@ -458,12 +460,14 @@ def method_rows(size: str, env: str, methods: list[str], results: list[dict]) ->
         per_seed = ", ".join(f"{r['seed']}: {r['final']:.3f}" for r in rs)
         turns = [r["mean_turns_success"] for r in rs if r.get("mean_turns_success") is not None]
         runs = sum(r["steps_run"] for r in rs)
+        shares = [r["nonzero_advantage_tokens"] for r in rs if "nonzero_advantage_tokens" in r]
+        signal = f"{np.mean(shares):.2f}" if shares else "-"
         equal = sum(r["equal_reward_groups"] for r in rs) / max(1, runs * preset.tasks_per_step)
         lines.append(f"| {env} | {m} | {len(rs)} | {curve} | {np.mean(finals):.3f} | {sd} | {per_seed} | "
                      f"{f'{np.mean(turns):.2f}' if turns else '-'} | "
                      f"{equal:.2f} | {sum(r['updates'] for r in rs)}/{runs} | "
                      f"{np.mean([r['seconds'] for r in rs]) / 60:.1f} | "
-                     f"{np.mean([r['train_tokens'] for r in rs]):.0f} |")
+                     f"{np.mean([r['train_tokens'] for r in rs]):.0f} | {signal} |")
     return lines
 
 
@@ -567,10 +571,13 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
         "and turn credit skip them; GiGPO keeps those whose step advantages are not all zero; the critic "
         "trains on all). Updates: optimizer steps taken out of the steps run, over all seeds. Turns of "
         "successes: the mean number of turns of the successful held-out episodes at the last step "
-        "(shorter paths to the answer). Wall time and training tokens: means per run.", "",
+        "(shorter paths to the answer). Wall time and training tokens: means per run. Tokens with A != 0: "
+        "the share of the sampled episodes' model tokens that carried a nonzero advantage, mean over steps "
+        "(skipped groups carry none): how much of each step the update could move.", "",
         "| environment | method | seeds | mean success by step | final success | SD over seeds | per seed | "
-        "turns of successes | equal-reward groups | updates | wall time (min) | train tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        "turns of successes | equal-reward groups | updates | wall time (min) | train tokens | "
+        "tokens with A != 0 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for env in envs:
         lines += method_rows(size, env, methods, results)
     lines += critic_variant_lines(size, results)
@@ -700,7 +707,7 @@ def critic_variant_lines(size: str, results: list[dict]) -> list[str]:
 
 
 TRAIN_KEYS = ("success", "reward", "turns", "equal_reward_groups", "skipped_groups", "advantage_std",
-              "step_group_size_mean", "train_tokens")
+              "nonzero_advantage_tokens", "step_group_size_mean", "train_tokens")
 
 
 def write_runs(size: str, results: list[dict], path: Path) -> None:

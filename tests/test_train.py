@@ -373,6 +373,7 @@ def test_one_rl_step_per_credit(tmp_path, credit):
         assert sum(row["step_group_sizes"].values()) >= 1
     if credit == "critic":
         assert "value_loss" in row
+    assert 0 < row["nonzero_advantage_tokens"] <= 1  # every group has a winner and a loser here
 
 
 def test_all_equal_reward_groups_are_skipped(tmp_path):
@@ -380,6 +381,7 @@ def test_all_equal_reward_groups_are_skipped(tmp_path):
     train(config, reward_fn=lambda t: 0.5)
     (row,) = _train_rows(config.run_dir)
     assert row["equal_reward_groups"] == 2 and row["skipped_groups"] == 2 and row["skipped_update"]
+    assert row["nonzero_advantage_tokens"] == 0.0  # nothing for the update to move
 
 
 def test_nan_update_is_skipped_then_three_in_a_row_stop(tmp_path):

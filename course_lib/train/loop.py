@@ -80,11 +80,14 @@ def _batch_metrics(groups, step_rewards: rewards.Rewards, batch: Batch) -> dict[
            "equal_reward_groups": sum(len(set(g.rewards)) <= 1 for g in judged),
            "judge_failed_groups": len(batch.skipped["judge_failed"] + batch.skipped["turn_judge_failed"]),
            "skipped_groups": sum(len(ids) for ids in batch.skipped.values()), **batch.stats}
+    row["nonzero_advantage_tokens"] = 0.0  # the share of the step's model tokens the update can move
     if batch.trajectories:
         flat = torch.cat([a[torch.tensor(t.loss_mask, dtype=torch.bool)]
                           for a, t in zip(batch.advantages, batch.trajectories)])
         row.update({"advantage_mean": flat.mean().item(),
-                    "advantage_std": flat.std().item() if len(flat) > 1 else 0.0})
+                    "advantage_std": flat.std().item() if len(flat) > 1 else 0.0,
+                    "nonzero_advantage_tokens": int((flat != 0).sum()) / max(1, sum(sum(t.loss_mask)
+                                                                                   for t in all_trajs))})
     return row
 
 

@@ -26,6 +26,7 @@ paired seeds and the two arms' times come from the same stretch of the machine's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import statistics
@@ -34,22 +35,40 @@ from pathlib import Path
 
 import torch
 
-from course_lib import runs_dir
+from course_lib import decode_attention, kv_cache, runs_dir
 from course_lib.checkpoint import read_metrics
 from course_lib.models import course_threads
 from course_lib.train.config import TrainConfig
 from course_lib.train.loop import train
 from course_lib.warm_starts import course_warm_start
 
-ARMS = {"full": dict(lr=2e-5), "lora": dict(lr=2e-4, lora_rank=16, lora_alpha=32.0)}
+# An arm: its OptimConfig and RolloutConfig fields over notebook 05's recipe, and the engine's switches
+# (`engine`: kv_cache.PREALLOCATE and whether load_policy installs decode_attention; both on by default).
+ARMS = {"full": {"optim": dict(lr=2e-5)},
+        "lora": {"optim": dict(lr=2e-4, lora_rank=16, lora_alpha=32.0)}}
+ROLLOUT = dict(max_turns=4, max_new_tokens=40, sample_dtype="bfloat16")  # both LoRA arms sample in bf16
 
 
-def _config(arm: str, seed: int, steps: int, args, run_dir: Path, checkpoint: Path) -> TrainConfig:
+def _config(arm: dict, seed: int, steps: int, args, run_dir: Path, checkpoint: Path) -> TrainConfig:
     return TrainConfig(env="search_qa", model=str(checkpoint), run_dir=str(run_dir), credit="outcome",
                        task_filter={"hops": 2}, steps=steps, tasks_per_step=4, group_size=4,
                        eval_every=args.steps // 2, eval_tasks=args.eval_tasks,
-                       checkpoint_every=args.steps // 2, seed=seed, progress=False, optim=ARMS[arm],
-                       rollout=dict(max_turns=4, max_new_tokens=40, sample_dtype="bfloat16"))
+                       checkpoint_every=args.steps // 2, seed=seed, progress=False,
+                       optim=arm.get("optim", {}), rollout={**ROLLOUT, **arm.get("rollout", {})})
+
+
+@contextlib.contextmanager
+def engine(preallocate: bool = True, decode_attention_on: bool = True):
+    """The rollout engine's switches for one arm, put back afterwards: the preallocated cache, and the grouped
+    decode attention that `load_policy` installs (off: transformers' SDPA for decode steps too)."""
+    saved = kv_cache.PREALLOCATE, decode_attention.install
+    kv_cache.PREALLOCATE = preallocate
+    if not decode_attention_on:
+        decode_attention.install = lambda model: None
+    try:
+        yield
+    finally:
+        kv_cache.PREALLOCATE, decode_attention.install = saved
 
 
 def _step_seconds(row: dict) -> float:
@@ -61,14 +80,18 @@ def _folder_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
-def run_one(arm: str, seed: int, args, root: Path, checkpoint: Path, budget_s: float | None) -> dict:
-    """Train one arm for one seed (or read its finished result). `budget_s`: the paired full run's summed
-    step time, which a LoRA run trains on to after its first `args.steps` steps."""
+def run_one(arm: str, seed: int, args, root: Path, checkpoint: Path, budget_s: float | None,
+            arms: dict | None = None) -> dict:
+    """Train one arm (a key of `arms`, default ARMS) for one seed, or read its finished result. `budget_s`:
+    the paired first arm's summed step time, which this arm trains on to after its first `args.steps`
+    steps."""
+    spec = (arms or ARMS)[arm]
     run_dir = root / f"{arm}-seed{seed}"
     done = run_dir / "result.json"
     if done.exists():
         return json.loads(done.read_text())
-    out = train(_config(arm, seed, args.steps, args, run_dir, checkpoint))
+    with engine(**spec.get("engine", {})):
+        out = train(_config(spec, seed, args.steps, args, run_dir, checkpoint))
     steps = [r for r in read_metrics(run_dir) if r["kind"] == "train"]
     result = {"arm": arm, "seed": seed, "steps": len(steps),
               "rollout_s": statistics.mean(r["seconds_rollout"] for r in steps),
@@ -81,7 +104,8 @@ def run_one(arm: str, seed: int, args, root: Path, checkpoint: Path, budget_s: f
     if budget_s is not None and result["train_seconds"] < budget_s:
         more = int((budget_s - result["train_seconds"]) / result["step_s"])  # whole steps within the budget
         if more > 0:
-            out = train(_config(arm, seed, args.steps + more, args, run_dir, checkpoint))
+            with engine(**spec.get("engine", {})):
+                out = train(_config(spec, seed, args.steps + more, args, run_dir, checkpoint))
             steps = [r for r in read_metrics(run_dir) if r["kind"] == "train"]
         result.update({"equal_time_steps": len(steps), "equal_time_seconds": sum(map(_step_seconds, steps)),
                        "equal_time_success": out["eval"]["success"]})
@@ -92,12 +116,16 @@ def run_one(arm: str, seed: int, args, root: Path, checkpoint: Path, budget_s: f
     return result
 
 
-def report(results: list[dict]) -> str:
-    """Per arm: step time, checkpoint size, held-out success per seed at equal steps and at equal time."""
+def report(results: list[dict], arms: dict | None = None) -> str:
+    """Per arm: step time, checkpoint size, held-out success per seed at equal steps and at equal time; then
+    the second arm against the first, paired by seed."""
+    arms = arms or ARMS
+    first, second = list(arms)[:2]
     lines = ["| arm | seeds | rollout s / step | update s / step | step s | checkpoint MB | held-out success "
-             "after the same steps, per seed | mean | at the full run's wall time (steps), per seed | mean |",
+             "after the same steps, per seed | mean | at the first arm's wall time (steps), per seed "
+             "| mean |",
              "|---|---:|---:|---:|---:|---:|---|---:|---|---:|"]
-    by = {a: sorted((r for r in results if r["arm"] == a), key=lambda r: r["seed"]) for a in ARMS}
+    by = {a: sorted((r for r in results if r["arm"] == a), key=lambda r: r["seed"]) for a in arms}
     for arm, rs in by.items():
         if not rs:
             continue
@@ -113,7 +141,7 @@ def report(results: list[dict]) -> str:
                      f"{statistics.mean(r['checkpoint_mb'] for r in rs):,.0f} | {per_seed} | "
                      f"{statistics.mean(r['final_success'] for r in rs):.3f} | {timed} | "
                      f"{statistics.mean(map(at_time, rs)):.3f} |")
-    paired = [(a, b) for a in by["full"] for b in by["lora"] if a["seed"] == b["seed"]]
+    paired = [(a, b) for a in by[first] for b in by[second] if a["seed"] == b["seed"]]
     if paired:
         def mean(xs) -> float:
             return statistics.mean(list(xs))
@@ -121,24 +149,30 @@ def report(results: list[dict]) -> str:
         steps = ", ".join(f"{b['final_success'] - a['final_success']:+.3f}" for a, b in paired)
         timed = ", ".join(f"{b.get('equal_time_success', b['final_success']) - a['final_success']:+.3f}"
                           for a, b in paired)
-        lines += ["", f"lora / full, paired by seed ({len(paired)}): step time "
+        lines += ["", f"{second} / {first}, paired by seed ({len(paired)}): step time "
                       f"{mean(b['step_s'] / a['step_s'] for a, b in paired):.2f}x, update time "
                       f"{mean(b['update_s'] / a['update_s'] for a, b in paired):.2f}x, rollout time "
                       f"{mean(b['rollout_s'] / a['rollout_s'] for a, b in paired):.2f}x; held-out success "
-                      f"lora - full at equal steps {steps}, at equal wall time {timed}"]
+                      f"{second} - {first} at equal steps {steps}, at equal wall time {timed}"]
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, arms: dict | None = None, name: str = "lora_vs_full",
+         doc: str = __doc__) -> None:
+    """Run (or report) two arms over seeds, alternating: the first arm, then the second for the same seed,
+    which trains on to the first's wall time when its steps were faster. engine_then_now.py calls this with
+    its own arms."""
+    arms = arms or ARMS
+    first, second = list(arms)
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--eval-tasks", type=int, default=40)
     ap.add_argument("--report", action="store_true", help="only print the table from the finished runs")
     ap.add_argument("--md", help="also write the table to this file")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(course_threads())
-    root = runs_dir() / "lora_vs_full" / f"steps{args.steps}-eval{args.eval_tasks}"
+    root = runs_dir() / name / f"steps{args.steps}-eval{args.eval_tasks}"
     results = []
     if args.report:
         results = [json.loads(p.read_text()) for p in sorted(root.glob("*/result.json"))]
@@ -146,17 +180,17 @@ def main() -> None:
         checkpoint = course_warm_start("search_qa")
         for seed in args.seeds:
             t0 = time.perf_counter()
-            full = run_one("full", seed, args, root, checkpoint, None)
-            lora = run_one("lora", seed, args, root, checkpoint, full["train_seconds"])
-            results += [full, lora]
-            for r in (full, lora):
+            a = run_one(first, seed, args, root, checkpoint, None, arms)
+            b = run_one(second, seed, args, root, checkpoint, a["train_seconds"], arms)
+            results += [a, b]
+            for r in (a, b):
                 print(f"{r['arm']}, seed {seed}: rollout {r['rollout_s']:.1f} s + update "
                       f"{r['update_s']:.1f} s per step; held-out success {r['final_success']:.3f} after "
                       f"{r['steps']} steps"
                       + (f", {r['equal_time_success']:.3f} after {r['equal_time_steps']} (equal time)"
                          if "equal_time_success" in r else ""), flush=True)
             print(f"  seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
-    table = report(results)
+    table = report(results, arms)
     print(f"\n{torch.get_num_threads()} threads, torch {torch.__version__}\n{table}")
     if args.md:
         Path(args.md).write_text(table)

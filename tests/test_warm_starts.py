@@ -9,6 +9,7 @@ from course_lib import sft
 from course_lib.envs import ENVIRONMENTS
 from course_lib.warm_starts import (
     HACK_FRACTION,
+    LONG_HORIZONS,
     WARM_START,
     course_warm_start,
     mixed_hop_tasks,
@@ -34,6 +35,19 @@ def test_each_environment_gets_its_recipe(fast):
     assert naive["n_demos"] == (4 if fast else 48) and naive["seed"] == 0
     hacks = sum(t.get("demonstration") == "hack" for t in naive["tasks"])
     assert hacks == round(HACK_FRACTION * naive["n_demos"])
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_gridworld_long_recipe_demonstrates_every_rl_horizon(fast):
+    """Its demonstrations cover the horizons the RL runs use, and the turn limit fits their paths."""
+    options = warm_start_options("gridworld_long", fast)
+    if fast:
+        assert options["task_filter"] == {"horizon": 4} and options["max_turns"] >= 4
+        return
+    horizons = {t["horizon"] for t in options["tasks"]}
+    assert horizons == set(LONG_HORIZONS) and options["n_demos"] == len(options["tasks"]) == 240
+    assert options["max_turns"] >= max(LONG_HORIZONS)
+    assert options["steps"] * options["batch_size"] == options["n_demos"]  # one pass
 
 
 def test_the_learning_search_qa_recipe_mixes_hops():

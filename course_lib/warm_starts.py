@@ -108,17 +108,17 @@ LONG_HORIZONS = (4, 8, 12)  # the gridworld_long horizons its warm start demonst
 
 def gridworld_long_warm_start_options(fast: bool, seed: int = 0) -> dict[str, Any]:
     """gridworld_long's warm start: the expert's shortest paths on training maps of horizons 4, 8 and 12,
-    shuffled (240 demonstrations, one pass in 30 steps of 8; turn limit 24, so the 12-move paths fit). The
-    expert sees the whole map and the model only its 5x5 window, so imitation stays imperfect: measured
-    greedy held-out success 0.050 at horizon 4 and 0.000 at 8 and 12 (40 maps each; it mostly walks at the
-    goal, then bumps into a wall), so outcome credit has little to compare at the long horizons
-    (benchmarks/README.md, the LLM horizon curve). Fast mode: a tiny one on horizon-4 maps (CI)."""
+    shuffled (240 demonstrations, two passes in 60 steps of 8 at lr 1e-4; turn limit 24, so the 12-move paths
+    fit). The expert sees the whole map and the model only its 5x5 window, so imitation stays imperfect. One
+    pass at lr 5e-5 was too weak: greedy held-out success 0.050 at horizon 4 and 0.000 at 8 and 12 (40 maps
+    each; it mostly walked at the goal, then bumped into a wall), which left outcome credit almost nothing to
+    compare (benchmarks/README.md, the LLM horizon curve). Fast mode: a tiny one on horizon-4 maps (CI)."""
     if fast:
         return {"n_demos": 4, "steps": 2, "batch_size": 2, "lr": 1e-4, "seed": seed, "max_turns": 8,
                 "task_filter": {"horizon": 4}}
     tasks = [t for t in load_tasks("gridworld_long", "train") if t["horizon"] in LONG_HORIZONS]
     random.Random(seed).shuffle(tasks)
-    return {"n_demos": len(tasks), "steps": 30, "batch_size": 8, "lr": 5e-5, "seed": seed, "max_turns": 24,
+    return {"n_demos": len(tasks), "steps": 60, "batch_size": 8, "lr": 1e-4, "seed": seed, "max_turns": 24,
             "tasks": tasks}
 
 

@@ -47,7 +47,7 @@ def test_the_gridworld_long_recipe_demonstrates_every_rl_horizon(fast):
     horizons = {t["horizon"] for t in options["tasks"]}
     assert horizons == set(LONG_HORIZONS) and options["n_demos"] == len(options["tasks"]) == 240
     assert options["max_turns"] >= max(LONG_HORIZONS)
-    assert options["steps"] * options["batch_size"] == options["n_demos"]  # one pass
+    assert options["steps"] * options["batch_size"] == 2 * options["n_demos"]  # two passes
 
 
 def test_the_learning_search_qa_recipe_mixes_hops():

@@ -32,7 +32,7 @@ demo: install
 	$(BIN)/python -m course_lib demo
 
 # runs/test/: the tests' own runs folder (a learner's runs/ stays as it is); each notebook's runs are
-# dropped after its last cell (notebooks/conftest.py), warm starts kept.
+# dropped after its last cell (tests/conftest.py), warm starts kept.
 test: install
 	$(BIN)/python -m course_lib.tasks --check
 	COURSE_FAST=1 COURSE_SOLUTIONS=1 COURSE_RUNS=$(CURDIR)/runs/test COURSE_TEST_DROP_RUNS=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env --durations=15 $(PYTEST_ARGS) tests $(NOTEBOOKS)

@@ -2,7 +2,9 @@
 hand-made `Trajectory` factory for tests that need a trajectory of a known shape without running a model."""
 
 import os
+import shutil
 from collections.abc import Hashable, Sequence
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,3 +73,41 @@ def make_trajectory(turns: Sequence[Hashable] | Sequence[tuple[Hashable, str]], 
         traj.logprobs += [logprob] * len(action_ids)
         traj.turn_index += [k] * len(action_ids)
     return traj
+
+
+# ----- `make test`'s disk: each notebook's runs dropped after its last cell --------------------------------
+# `make test` runs every notebook in fast mode (nbval) after these tests. With COURSE_TEST_DROP_RUNS=1 (the
+# Makefile sets it, with COURSE_RUNS=runs/test) the run folders a notebook created are deleted once its last
+# cell has run, so the disk's peak is one notebook's runs (about 3 GB), not all of them (9.3 GB measured).
+# Warm starts stay: later notebooks reuse them. This is a hook of the whole session (pytest_runtest_protocol
+# sees every item, the notebooks' cells too), so it lives here: a second conftest.py under notebooks/ would
+# shadow this module for the tests that import from it.
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    notebook = Path(str(item.fspath))
+    dropping = os.environ.get("COURSE_TEST_DROP_RUNS") == "1" and notebook.suffix == ".ipynb"
+    if dropping and notebook not in _runs_before:
+        _runs_before[notebook] = _run_folders()
+    try:
+        return (yield)
+    finally:
+        last_cell = nextitem is None or Path(str(nextitem.fspath)) != notebook
+        if dropping and last_cell:
+            from course_lib import runs_dir
+
+            for name in _run_folders() - _runs_before[notebook]:
+                if "warm_start" not in name:
+                    shutil.rmtree(runs_dir() / name, ignore_errors=True)
+
+
+_runs_before: dict[Path, set[str]] = {}  # notebook -> the runs folder's entries when its first cell started
+
+
+def _run_folders() -> set[str]:
+    from course_lib import runs_dir
+
+    root = runs_dir()
+    return {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
+

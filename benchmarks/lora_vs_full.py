@@ -61,14 +61,12 @@ def _config(arm: dict, seed: int, steps: int, args, run_dir: Path, checkpoint: P
 def engine(preallocate: bool = True, decode_attention_on: bool = True):
     """The rollout engine's switches for one arm, put back afterwards: the preallocated cache, and the grouped
     decode attention that `load_policy` installs (off: transformers' SDPA for decode steps too)."""
-    saved = kv_cache.PREALLOCATE, decode_attention.install
-    kv_cache.PREALLOCATE = preallocate
-    if not decode_attention_on:
-        decode_attention.install = lambda model: None
+    saved = kv_cache.PREALLOCATE, decode_attention.ENABLED
+    kv_cache.PREALLOCATE, decode_attention.ENABLED = preallocate, decode_attention_on
     try:
         yield
     finally:
-        kv_cache.PREALLOCATE, decode_attention.install = saved
+        kv_cache.PREALLOCATE, decode_attention.ENABLED = saved
 
 
 def _step_seconds(row: dict) -> float:

@@ -96,10 +96,11 @@ def kv_bytes(model, batch: int, context: int) -> int:
 
 @torch.no_grad()
 def decode_step_ms(model, batch: int, context: int, steps: int, profile: bool = False,
-                   padded: bool = False) -> tuple[float, str]:
+                   padded: bool = False) -> tuple[float, str, float]:
     """Median milliseconds of one decode step at `batch` rows over a `context`-token cache, as the engine runs
     it (and torch.profiler's top operators when `profile`). `padded`: rows of different lengths, left-padded
-    (an attention mask with zeros: transformers' SDPA then takes another kernel than for equal lengths)."""
+    (an attention mask with zeros: transformers' SDPA then takes another kernel than for equal lengths).
+    Also returns the first step's milliseconds (with torch.compile, the step that compiles)."""
     device = model.device
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(100, model.config.vocab_size - 100, (batch, context), generator=gen).to(device)
@@ -121,7 +122,10 @@ def decode_step_ms(model, batch: int, context: int, steps: int, profile: bool = 
         cache, token = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
         _sync(device)
 
-    for _ in range(3):
+    t0 = time.perf_counter()
+    step()  # with --compile, the first step compiles (dynamo traces, inductor writes the kernels)
+    first_ms = 1000 * (time.perf_counter() - t0)
+    for _ in range(2):
         step()
     times = []
     for _ in range(steps):
@@ -134,7 +138,7 @@ def decode_step_ms(model, batch: int, context: int, steps: int, profile: bool = 
             for _ in range(5):
                 step()
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10)
-    return 1000 * statistics.median(times), table
+    return 1000 * statistics.median(times), table, first_ms
 
 
 def decode_part(args, device: torch.device) -> dict:
@@ -154,15 +158,20 @@ def decode_part(args, device: torch.device) -> dict:
                                         for c in args.caches for b in args.batches]:
             kv_cache.PREALLOCATE = cache == "preallocated"
             model.set_attn_implementation(attention)
-            ms, table = decode_step_ms(model, batch, args.context, args.steps, args.profile, args.padded)
+            step_model = torch.compile(model, dynamic=True) if args.compile else model
+            ms, table, first_ms = decode_step_ms(step_model, batch, args.context, args.steps, args.profile,
+                                                 args.padded)
             bound = 1000 * wb / (gbps * 1e9)
             bound_kv = 1000 * (wb + kv_bytes(model, batch, args.context)) / (gbps * 1e9)
             rows.append({"dtype": dtype, "attention": attention, "cache": cache,
                          "batch": batch, "ms_per_step": ms,
                          "tokens_per_s": 1000 * batch / ms, "weight_mb": wb / 1e6, "bound_ms": bound,
-                         "bound_with_kv_ms": bound_kv})
+                         "bound_with_kv_ms": bound_kv, "compiled": args.compile,
+                         "first_step_s": first_ms / 1000})
             print(f"{dtype:<15}{attention:<15}{cache:<14}{batch:>6}{ms:>11.1f}{1000 * batch / ms:>10.1f}"
                   f"{wb / 1e6:>12.0f}{bound:>10.1f}{bound / ms:>14.2f}{bound_kv:>14.1f}", flush=True)
+            if args.compile:
+                print(f"  (torch.compile: the first step, which compiles, took {first_ms / 1000:.1f} s)")
             if table:
                 print(f"top operators, {dtype}, {attention} attention, {cache} cache, batch "
                       f"{batch} (5 steps):\n{table}")
@@ -349,6 +358,9 @@ def main() -> None:
                     help="part 1 with rows of different lengths (left padding), as most of "
                     "the engine's batches")
     ap.add_argument("--steps", type=int, default=12, help="timed decode steps per batch size (median)")
+    ap.add_argument("--compile", action="store_true",
+                    help="part 1: time the decode step of torch.compile(model, dynamic=True) (inductor); "
+                         "prints the first, compiling, step's time")
     ap.add_argument("--profile", action="store_true",
                     help="print torch.profiler's top operators per batch size")
     ap.add_argument("--model", default="smollm2-135m",

@@ -26,6 +26,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 ATTENTION = "course_decode"
+ENABLED = True  # `install` switches models over; False leaves them on transformers' SDPA
 
 
 def grouped_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -65,6 +66,9 @@ AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the same masks as SDPA:
 
 def install(model) -> None:
     """Switch `model` (a transformers model whose attention goes through AttentionInterface, e.g. Llama) to
-    `decode_attention_forward`. Other models are left as they are."""
+    `decode_attention_forward`. Other models are left as they are, and every model when `ENABLED` is
+    False (SDPA for decode steps too: the engine before 2026-12-04, `benchmarks/engine_then_now.py`)."""
+    if not ENABLED:
+        return
     if getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager", ATTENTION):
         model.set_attn_implementation(ATTENTION)

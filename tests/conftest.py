@@ -95,19 +95,21 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         last_cell = nextitem is None or Path(str(nextitem.fspath)) != notebook
         if dropping and last_cell:
-            from course_lib import runs_dir
-
             for name in _run_folders() - _runs_before[notebook]:
                 if "warm_start" not in name:
-                    shutil.rmtree(runs_dir() / name, ignore_errors=True)
+                    shutil.rmtree(_runs_root() / name, ignore_errors=True)
 
 
 _runs_before: dict[Path, set[str]] = {}  # notebook -> the runs folder's entries when its first cell started
 
 
-def _run_folders() -> set[str]:
+def _runs_root() -> Path:
     from course_lib import runs_dir
 
-    root = runs_dir()
+    return runs_dir()
+
+
+def _run_folders() -> set[str]:
+    root = _runs_root()
     return {p.name for p in root.iterdir() if p.is_dir()} if root.is_dir() else set()
 

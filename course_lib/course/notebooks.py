@@ -40,7 +40,10 @@ def run_notebook(path: str, timeout: int = 3600, fast: bool = True) -> float:
     nb = nbformat.read(path, as_version=4)
     t0 = time.time()
     before = os.environ.get("COURSE_FAST")
-    os.environ["COURSE_FAST"] = "1" if fast else "0"  # the kernel inherits it; the caller's comes back below
+    if fast:  # the kernel inherits it; the caller's comes back below
+        os.environ["COURSE_FAST"] = "1"
+    else:  # unset, as a learner's kernel has it
+        os.environ.pop("COURSE_FAST", None)
     try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}}).execute()

@@ -160,7 +160,8 @@ def _reset_all(make: Callable[[], Environment], tasks: list[dict[str, Any]], gro
 def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any]], group_size: int = 4,
             max_turns: int = 6, max_new_tokens: int = 96, temperature: float = 1.0, seed: int = 0, *,
             max_context: int = 2048, env_workers: int = 4, progress: bool = True,
-            stats: RolloutStats | None = None, reuse_cache: bool = True) -> list[TrajectoryGroup]:
+            stats: RolloutStats | None = None, reuse_cache: bool = True,
+            max_batch: int | None = 32) -> list[TrajectoryGroup]:
     """Run `group_size` episodes of each task, batched (turns by `kv_cache.generate_turn`); one group
     per task.
 
@@ -170,12 +171,33 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
     whose next observation would pass that ends there (info["context_limit"]), scored by the verifier.
     reuse_cache: keep each episode's keys and values between turns (False: every turn runs the model
     over the whole context again; the same tokens up to floating-point rounding, only slower).
+    max_batch: at most this many episodes play at once (whole groups; None: all). Every live episode keeps
+    its keys and values, about 46 KB a token in fp32, so 128 episodes of 2,000 tokens would hold 12 GB;
+    the tasks beyond a batch play in the next one, with their own sampling seeds.
     """
     make = _factory(env_factory)
     stats = stats if stats is not None else RolloutStats()
+    per_batch = len(tasks) if max_batch is None else max(1, max_batch // max(1, group_size))
+    bar = tqdm(total=len(tasks) * group_size, desc="rollout episodes", disable=not progress, leave=False)
+    groups: list[TrajectoryGroup] = []
+    try:
+        for k, start in enumerate(range(0, len(tasks), per_batch)):
+            groups += _play(model, tokenizer, make, tasks[start:start + per_batch], group_size, seed, k,
+                            max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature,
+                            max_context=max_context, env_workers=env_workers, stats=stats,
+                            reuse_cache=reuse_cache, bar=bar)
+    finally:
+        bar.close()
+    return groups
+
+
+def _play(model, tokenizer, make: Callable[[], Environment], tasks: list[dict[str, Any]], group_size: int,
+          seed: int, batch_index: int, *, max_turns: int, max_new_tokens: int, temperature: float,
+          max_context: int, env_workers: int, stats: RolloutStats, reuse_cache: bool,
+          bar) -> list[TrajectoryGroup]:
+    """One batch of `rollout`: every episode of `tasks`, turn by turn, until all have ended."""
     envs: list[Environment] = []
     pool = ThreadPoolExecutor(max_workers=env_workers)
-    bar = tqdm(total=len(tasks) * group_size, desc="rollout episodes", disable=not progress, leave=False)
 
     def end(e: _Episode, reward: float, last_observation: str, info: dict[str, Any],
             step_reward: float = 0.0) -> None:
@@ -205,7 +227,8 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
             caches = [e.cache for e in live] if reuse_cache else None
             ids, lps, cut = kv_cache.generate_turn(model, tokenizer, [e.builder.token_ids for e in live],
                                                    max_new_tokens=max_new_tokens, temperature=temperature,
-                                                   seed=seed * 1000 + turn, caches=caches, stats=stats)
+                                                   seed=seed * 1000 + turn + 7919 * batch_index,
+                                                   caches=caches, stats=stats)
             for e, cache in zip(live, caches or []):
                 e.cache = cache
             stats.generate_seconds += time.perf_counter() - t0
@@ -229,7 +252,6 @@ def rollout(model, tokenizer, env_factory: EnvFactory, tasks: list[dict[str, Any
                 else:
                     e.builder.add_observation(res.observation, reward=res.reward, info=res.info)
     finally:
-        bar.close()
         for env in envs:
             env.close()
         pool.shutdown(wait=True)

@@ -103,6 +103,28 @@ def test_e_same_seed_same_trajectories(policy):
     assert [t.token_ids for t in a] != [t.token_ids for t in c]
 
 
+def test_f_rollouts_over_max_batch_play_whole_groups_in_batches(policy, monkeypatch):
+    """3 tasks x group 2 with max_batch=4: two tasks play, then the third; no turn decodes more than 4
+    rows, the groups come back in task order, and the first batch is exactly the rollout of its tasks."""
+    from course_lib import kv_cache
+
+    model, tok = policy
+    rows, real = [], kv_cache.generate_turn
+
+    def counting(model, tokenizer, contexts, **kwargs):
+        rows.append(len(contexts))
+        return real(model, tokenizer, contexts, **kwargs)
+
+    monkeypatch.setattr(kv_cache, "generate_turn", counting)
+    kwargs = dict(group_size=2, max_turns=2, max_new_tokens=16, temperature=1.0, seed=5, progress=False)
+    groups = rollout(model, tok, "lookup", TASKS, max_batch=4, **kwargs)
+    assert rows and max(rows) <= 4 and rows[0] == 4
+    assert [g.task_id for g in groups] == [str(t["id"]) for t in TASKS]
+    assert [len(g) for g in groups] == [2, 2, 2]
+    first = rollout(model, tok, "lookup", TASKS[:2], max_batch=None, **kwargs)
+    assert [t.token_ids for t in _trajs(groups[:2])] == [t.token_ids for t in _trajs(first)]
+
+
 def test_truncated_turn_is_marked_and_closed_without_training_the_closing(policy):
     model, tok = policy
     traj = _trajs(rollout(model, tok, "lookup", TASKS[:1], group_size=1, max_turns=1, max_new_tokens=3,

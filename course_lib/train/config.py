@@ -30,6 +30,7 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature of rollouts (the loss uses the same one)
     max_context: int = 1024  # an episode stops when its context would exceed this
     sample_dtype: str = "float32"  # rollouts sample from the trained weights, or from a "bfloat16" copy
+    max_batch: int | None = 32  # episodes played at once, whole groups (None: all; see `rollout.rollout`)
 
 
 @dataclass

@@ -108,7 +108,7 @@ def rl_step(run: Run, step: int, train_tasks: list[dict], hooks: Hooks | None = 
                      group_size=config.group_size, max_turns=spec.max_turns,
                      max_new_tokens=spec.max_new_tokens, temperature=spec.temperature,
                      seed=config.seed * 100_000 + step, max_context=spec.max_context, progress=False,
-                     stats=stats)
+                     stats=stats, max_batch=spec.max_batch)
     row: dict[str, Any] = {"step": step, "kind": "train", "seconds_rollout": time.perf_counter() - t0,
                            "generated_tokens": stats.new_tokens, "seconds_generate": stats.generate_seconds,
                            "generate_tokens_per_s": stats.new_tokens / max(stats.generate_seconds, 1e-9)}

@@ -11,6 +11,15 @@ own tasks).
 
 Prints one table (seconds per step, generated and training tokens per second, peak memory, rewards)
 and the ratios ours / TRL; `--json PATH` also writes the numbers.
+
+`--time-to-success TARGET` measures something else: the training time each trainer needs to reach the same
+held-out greedy success from the same warm start, TRL with its own generation and tool loop (the
+environment_factory adapter). Both train `--max-steps` steps and are evaluated every `--eval-every` steps by
+the same evaluator (`course_lib.evaluate.evaluate`, greedy, the same test tasks); evaluation time is left out
+of the training clock. TRL's model is also evaluated in the format it trains in (its tool-calling chat
+template, `evaluate_tool_calling`), because a warm start trained in our protocol need not work there.
+
+    python benchmarks/vs_trl.py --time-to-success 0.8 --eval-every 5 --max-steps 30 --json tts.json
 """
 
 from __future__ import annotations
@@ -30,9 +39,9 @@ import torch
 
 from course_lib.checkpoint import read_metrics
 from course_lib.envs import load_tasks
-from course_lib.evaluate import evaluate
-from course_lib.integrations.trl import build_trainer, grpo_config, task_dataset
-from course_lib.models import resolve_model_path
+from course_lib.evaluate import evaluate, evaluation_tasks
+from course_lib.integrations.trl import build_trainer, evaluate_tool_calling, grpo_config, task_dataset
+from course_lib.models import load_tokenizer, resolve_model_path
 from course_lib.sft import ensure_warm_start
 from course_lib.train.config import TrainConfig
 from course_lib.train.loop import train
@@ -80,14 +89,25 @@ def run_ours(a, model_path: str, test_tasks: list[dict]) -> dict:
         return _run_ours(a, model_path, test_tasks, run_dir)
 
 
+def ours_config(a: argparse.Namespace, model_path: str, run_dir: str, steps: int, eval_every: int,
+                eval_tasks: int) -> TrainConfig:
+    """Our trainer at the benchmark's settings (loss dapo, no KL, temperature 1, one update per step)."""
+    return TrainConfig(env=a.env, model=model_path, run_dir=run_dir, steps=steps,
+                       tasks_per_step=a.tasks_per_step, group_size=a.group_size, eval_every=eval_every,
+                       eval_tasks=eval_tasks, checkpoint_every=0, progress=False, seed=a.seed,
+                       rollout=dict(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens, temperature=1.0),
+                       optim=dict(lr=a.lr, loss_type="dapo", beta=0.0, bf16_autocast=a.bf16_autocast,
+                                  token_budget=1 << 20))
+
+
+def step_seconds(row: dict) -> float:
+    """A step of ours without evaluation and checkpointing: rollout, rewards, advantages, update."""
+    return (row["seconds_rollout"] + row.get("seconds_reward", 0.0) + row.get("seconds_advantage", 0.0)
+            + row.get("seconds_update", 0.0))
+
+
 def _run_ours(a, model_path: str, test_tasks: list[dict], run_dir: str) -> dict:
-    config = TrainConfig(env=a.env, model=model_path, run_dir=run_dir, steps=a.steps,
-                         tasks_per_step=a.tasks_per_step, group_size=a.group_size, eval_every=0,
-                         eval_tasks=len(test_tasks), checkpoint_every=0, progress=False, seed=a.seed,
-                         rollout=dict(max_turns=a.max_turns, max_new_tokens=a.max_new_tokens,
-                                      temperature=1.0),
-                         optim=dict(lr=a.lr, loss_type="dapo", beta=0.0, bf16_autocast=a.bf16_autocast,
-                                    token_budget=1 << 20))
+    config = ours_config(a, model_path, run_dir, a.steps, eval_every=0, eval_tasks=len(test_tasks))
     with PeakMemory() as memory:
         t0 = time.perf_counter()
         train(config)
@@ -238,6 +258,182 @@ def machine() -> str:
             f"{torch.get_num_threads()} | load average at start {load[0]:.1f}")
 
 
+# ----- time to the same held-out success -----------------------------------------------------------------
+
+
+def time_to_target(curve: list[dict], target: float, key: str = "success") -> dict:
+    """When a curve first reaches `target`: {"seconds", "step"} of its first evaluation with `key` >= target
+    (both None if none does) and the best value on the curve with its step."""
+    first = next((point for point in curve if point[key] >= target), None)
+    best = max(curve, key=lambda point: point[key])
+    return {"seconds": first["train_seconds"] if first else None, "step": first["step"] if first else None,
+            "best": best[key], "best_step": best["step"]}
+
+
+def ours_curve(a: argparse.Namespace, model_path: str, test_tasks: list[dict]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="vs_trl_ours-") as run_dir:  # its 1.6 GB checkpoint is not kept
+        train(ours_config(a, model_path, run_dir, a.max_steps, eval_every=a.eval_every,
+                          eval_tasks=len(test_tasks)))
+        metrics = read_metrics(Path(run_dir))
+    # train() evaluates at step 0, every eval_every steps and at the end, on the first eval_tasks test tasks
+    # (the tasks given to TRL's evaluation below), with `evaluate`; its clock is the sum of the steps' parts.
+    rows = [r for r in metrics if r["kind"] == "train"]
+    clock, seconds_at = 0.0, {0: 0.0}
+    for row in rows:
+        clock += step_seconds(row)
+        seconds_at[row["step"]] = clock
+    curve = [{"step": r["step"], "train_seconds": seconds_at[r["step"]], "success": r["success"],
+              "eval_seconds": r["seconds_eval"]} for r in metrics if r["kind"] == "eval"]
+    return {"curve": curve, "steps": len(rows), "seconds_per_step": clock / max(1, len(rows)),
+            "reward_mean": sum(r["reward"] for r in rows) / max(1, len(rows)),
+            "updates_skipped": sum(bool(r.get("skipped_update")) for r in rows)}
+
+
+def trl_curve(a: argparse.Namespace, model_path: str, test_tasks: list[dict]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="vs_trl_trl-") as output_dir:
+        return _trl_curve(a, model_path, test_tasks, output_dir)
+
+
+def _trl_curve(a: argparse.Namespace, model_path: str, test_tasks: list[dict], output_dir: str) -> dict:
+    from transformers import TrainerCallback
+
+    args = grpo_config(output_dir, steps=a.max_steps, num_generations=a.group_size,
+                       batch_size=a.tasks_per_step * a.group_size,
+                       max_completion_length=a.max_turns * a.max_new_tokens,
+                       learning_rate=a.lr, seed=a.seed, max_turns=a.max_turns)
+    # TRL's own generation and tool loop; the tokenizer it trains with has the tool-calling template
+    trainer, _ = build_trainer(a.env, "environment_factory", model=model_path, args=args,
+                               max_turns=a.max_turns, max_new_tokens=a.max_new_tokens)
+    our_tokenizer = load_tokenizer(resolve_model_path(model_path))  # our format: the evaluator ours uses
+
+    def heldout(step: int, train_seconds: float) -> dict:
+        model, t0 = trainer.model, time.perf_counter()
+        was_training = model.training
+        model.eval()
+        try:
+            ours_format = evaluate(model, a.env, tokenizer=our_tokenizer, tasks=test_tasks,
+                                   max_turns=a.max_turns, max_new_tokens=a.max_new_tokens)
+            tool_format = evaluate_tool_calling(model, trainer.processing_class, a.env, test_tasks,
+                                                max_turns=a.max_turns,
+                                                max_completion_length=args.max_completion_length)
+        finally:
+            model.train(was_training)
+        return {"step": step, "train_seconds": train_seconds, "success": ours_format["success"],
+                "success_tool_calling": tool_format["success"],
+                "turns_with_tool_calls": tool_format["turns_with_tool_calls"],
+                "eval_seconds": time.perf_counter() - t0}
+
+    class Clock(TrainerCallback):
+        """The training clock, stopped while the model is evaluated every eval_every steps."""
+
+        def __init__(self):
+            self.train_seconds = 0.0
+            self.curve = [heldout(0, 0.0)]
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.train_seconds += time.perf_counter() - self.t0
+            if state.global_step % a.eval_every == 0 or state.global_step == state.max_steps:
+                self.curve.append(heldout(state.global_step, self.train_seconds))
+
+    clock = Clock()
+    trainer.add_callback(clock)
+    trainer.train()
+    rewards = [r["reward"] for r in trainer.state.log_history if "reward" in r]
+    steps = trainer.state.global_step
+    return {"curve": clock.curve, "steps": steps, "seconds_per_step": clock.train_seconds / max(1, steps),
+            "reward_mean": sum(rewards) / max(1, len(rewards)),
+            "steps_with_zero_reward": sum(r == 0 for r in rewards)}
+
+
+def _seconds(reached: dict, max_steps: int) -> str:
+    if reached["seconds"] is None:
+        return (f"not reached within {max_steps} steps (best {reached['best']:.2f} at step "
+                f"{reached['best_step']})")
+    return f"{reached['seconds']:.0f} s (step {reached['step']})"
+
+
+def curve_tables(result: dict) -> str:
+    """The curves side by side (one row per evaluation step), then the summary per trainer."""
+    ours, trl, max_steps = result["ours"], result["trl"], result["max_steps"]
+    trl_at = {point["step"]: point for point in trl["curve"]}
+    lines = ["| step | course_lib: training s | course_lib: held-out success | TRL: training s "
+             "| TRL: held-out success | TRL: success in its tool-calling format |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for point in ours["curve"]:
+        other = trl_at.get(point["step"])
+        trl_cells = (f"{other['train_seconds']:.0f} | {other['success']:.2f} | "
+                     f"{other['success_tool_calling']:.2f}" if other else "- | - | -")
+        lines.append(f"| {point['step']} | {point['train_seconds']:.0f} | {point['success']:.2f} "
+                     f"| {trl_cells} |")
+    lines += ["", "| | course_lib | TRL GRPOTrainer (environment_factory) |", "|---|---:|---:|",
+              f"| training s / step | {ours['seconds_per_step']:.1f} | {trl['seconds_per_step']:.1f} |",
+              f"| mean training reward | {ours['reward_mean']:.2f} | {trl['reward_mean']:.2f} |",
+              f"| evaluations | {len(ours['curve'])} | {len(trl['curve'])} |",
+              f"| time to {result['target']:.2f} held-out success | {_seconds(ours['reached'], max_steps)} "
+              f"| {_seconds(trl['reached'], max_steps)} |",
+              f"| the same in TRL's tool-calling format | - "
+              f"| {_seconds(trl['reached_tool_calling'], max_steps)} |"]
+    return "\n".join(lines)
+
+
+def time_to_success_notes(result: dict) -> list[str]:
+    """What the numbers say beyond the table: the warm start in both formats, a target met before training,
+    a trainer without reward signal, the ratio."""
+    ours, trl, target = result["ours"], result["trl"], result["target"]
+    warm = result["warm_start"]
+    notes = [f"warm start, held-out greedy success: {warm['success']:.2f} in our format (our engine, "
+             f"<tool_call>/<answer> tags), {warm['success_tool_calling']:.2f} in TRL's tool-calling format "
+             f"(tools rendered by the chat template, `answer` is a tool; TRL's parser found a tool call in "
+             f"{warm['turns_with_tool_calls']:.0%} of its turns)"]
+    if warm["success_tool_calling"] < warm["success"] - 0.2:
+        notes.append("TRL starts from a much lower success in the format it trains in: the warm start learnt "
+                     "our protocol, not TRL's tool-calling template, so the two trainers do not start from "
+                     "the same effective policy; TRL's time also includes learning the new format")
+    if ours["curve"][0]["success"] >= target:
+        notes.append(f"the warm start already reaches {target:.2f} in our format before any RL step: the "
+                     "time to target is 0 for both; use a weaker warm start (--warm-start-steps) or a higher "
+                     "target")
+    if trl["steps_with_zero_reward"] == trl["steps"]:
+        notes.append(f"TRL's training reward was 0 on all {trl['steps']} steps: every group had equal "
+                     "rewards, so GRPO's advantages and gradient were zero and TRL's model did not learn")
+    if result["ratio_ours_over_trl"] is not None:
+        notes.append(f"time to {target:.2f}: ours / TRL = {result['ratio_ours_over_trl']:.2f}")
+    else:
+        notes.append(f"no ratio: both trainers must reach {target:.2f} after at least one step")
+    return notes
+
+
+def time_to_success(a: argparse.Namespace, model_path: str) -> dict:
+    """Both trainers from `model_path` to `a.time_to_success` held-out success; the result with its notes."""
+    test_tasks = evaluation_tasks(a.env, "test", a.eval_tasks)  # the tasks train() evaluates ours on
+    ours = ours_curve(a, model_path, test_tasks)
+    gc.collect()
+    trl = trl_curve(a, model_path, test_tasks)
+    target = a.time_to_success
+    ours["reached"] = time_to_target(ours["curve"], target)
+    trl["reached"] = time_to_target(trl["curve"], target)
+    trl["reached_tool_calling"] = time_to_target(trl["curve"], target, key="success_tool_calling")
+    warm = trl["curve"][0]
+    both = ours["reached"]["seconds"], trl["reached"]["seconds"]
+    result = {"machine": machine(), "target": target, "max_steps": a.max_steps, "eval_every": a.eval_every,
+              "eval_tasks": len(test_tasks),
+              "size": (f"env {a.env}, up to {a.max_steps} steps x {a.tasks_per_step} tasks x group "
+                       f"{a.group_size}, max_turns {a.max_turns}, max_new_tokens {a.max_new_tokens} (TRL: "
+                       f"{a.max_turns * a.max_new_tokens} per completion), loss dapo, lr {a.lr}, held-out "
+                       f"evaluation every {a.eval_every} steps on {len(test_tasks)} test tasks"),
+              "warm_start": {"model": model_path, "success": ours["curve"][0]["success"],
+                             "success_under_trl": warm["success"],
+                             "success_tool_calling": warm["success_tool_calling"],
+                             "turns_with_tool_calls": warm["turns_with_tool_calls"]},
+              "ours": ours, "trl": trl,
+              "ratio_ours_over_trl": both[0] / both[1] if None not in both and both[1] > 0 else None}
+    result["notes"] = time_to_success_notes(result)
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="lookup")
@@ -255,6 +451,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--time-to-success", type=float, default=None, metavar="TARGET",
+                   help="instead: training time of each trainer to this held-out greedy success (TRL with "
+                        "its own generation, the environment_factory adapter)")
+    p.add_argument("--eval-every", type=int, default=5, help="--time-to-success: evaluate every K steps")
+    p.add_argument("--max-steps", type=int, default=30, help="--time-to-success: steps of each trainer")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -268,6 +469,15 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         model_path = resolve_model_path("smollm2-135m")
     print(f"model: {model_path} ({time.perf_counter() - t0:.0f} s)")
+    if a.time_to_success is not None:
+        result = time_to_success(a, model_path)
+        print(result["size"])
+        print(curve_tables(result))
+        for note in result["notes"]:
+            print("-", note)
+        if a.json:
+            Path(a.json).write_text(json.dumps(result, indent=1))
+        return result
     test_tasks = load_tasks(a.env, "test", a.eval_tasks)
     ours = run_ours(a, model_path, test_tasks)
     gc.collect()

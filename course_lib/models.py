@@ -167,7 +167,7 @@ def load_policy(name: str = EMBEDDED, device: str | None = None, dtype: torch.dt
     weight_dtype, autocast_dtype = pick_dtype(dev, dtype)
     path = resolve_model_path(name)
     try:
-        tokenizer = _tokenizer(path)
+        tokenizer = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=weight_dtype)
     except OSError as exc:
         if name == EMBEDDED or Path(name).exists():
@@ -182,8 +182,9 @@ def load_policy(name: str = EMBEDDED, device: str | None = None, dtype: torch.dt
     return model, tokenizer
 
 
-def _tokenizer(path: str):
-    """The tokenizer saved at `path`, padding on the left (the engine's batches) with a pad token."""
+def load_tokenizer(path: str):
+    """The tokenizer saved at `path` (a folder or a course model's resolved path), padding on the left (the
+    engine's batches) with a pad token: what `load_policy` returns beside the model."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)

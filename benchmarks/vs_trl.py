@@ -40,7 +40,8 @@ import torch
 from course_lib.checkpoint import read_metrics
 from course_lib.envs import load_tasks
 from course_lib.evaluate import evaluate, evaluation_tasks
-from course_lib.integrations.trl import build_trainer, evaluate_tool_calling, grpo_config, task_dataset
+from course_lib.integrations.trl import build_trainer, grpo_config, task_dataset
+from course_lib.integrations.trl_eval import evaluate_tool_calling
 from course_lib.models import load_tokenizer, resolve_model_path
 from course_lib.sft import ensure_warm_start
 from course_lib.train.config import TrainConfig

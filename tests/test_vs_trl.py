@@ -16,7 +16,8 @@ import pytest
 
 from course_lib.envs import load_tasks
 from course_lib.integrations import trl as trl_integration
-from course_lib.integrations.trl import evaluate_tool_calling
+from course_lib.integrations import trl_eval
+from course_lib.integrations.trl_eval import evaluate_tool_calling
 from course_lib.models import embedded_checkpoint, load_tokenizer
 from course_lib.protocol import format_answer, format_tool_call
 
@@ -69,7 +70,7 @@ def _scripted(monkeypatch, n_tasks: int, text_of) -> list[list[list[int]]]:
         return [tokenizer(text_of(task, len(seen) - 1), add_special_tokens=False)["input_ids"]
                 + [tokenizer.eos_token_id] for task in range(n_tasks)]
 
-    monkeypatch.setattr(trl_integration, "_greedy_turns", turns)
+    monkeypatch.setattr(trl_eval, "_greedy_turns", turns)
     return seen
 
 

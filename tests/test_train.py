@@ -268,6 +268,28 @@ def test_ctrl_c_during_an_update_saves_the_finished_step(tmp_path):
     assert [r["step"] for r in _train_rows(config.run_dir)] == [1, 2, 3]
 
 
+def test_ctrl_c_in_the_last_update_still_evaluates_the_last_step_on_resume(tmp_path):
+    """A Ctrl+C during the last step's update stops before that step's evaluation; train() again has no step
+    left to run, but evaluates the last step (once: a third call adds nothing)."""
+    sent = []
+
+    def ctrl_c(step, loss):
+        if step == 2 and not sent:
+            sent.append(step)
+            os.kill(os.getpid(), signal.SIGINT)
+        return loss
+
+    config = _tiny(tmp_path, steps=2, tasks_per_step=1, rollout=dict(max_turns=1, max_new_tokens=4),
+                   eval_every=0, eval_tasks=1, checkpoint_every=0)
+    assert train(config, reward_fn=_first_wins, loss_hook=ctrl_c)["interrupted"]
+    evals = lambda: [r["step"] for r in read_metrics(config.run_dir) if r["kind"] == "eval"]  # noqa: E731
+    assert evals() == []
+    result = train(config, reward_fn=_first_wins, loss_hook=ctrl_c)
+    assert result["step"] == 2 and result["eval"]["step"] == 2 and evals() == [2]
+    train(config, reward_fn=_first_wins, loss_hook=ctrl_c)
+    assert evals() == [2]
+
+
 def test_a_checkpoint_that_cannot_be_written_says_why_and_keeps_the_previous_one(tmp_path, policy):
     """A write that fails half-way (here the file-size limit, as a full disk would) raises an OSError naming
     the free space, removes the partial folder and leaves the last good checkpoint in place."""

@@ -207,10 +207,17 @@ def train(config: TrainConfig, *, judge: Any = None, reward_fn: Callable[[Trajec
         log_metrics(metrics_path, row)
         return row
 
+    def eval_due(step: int) -> bool:
+        return config.eval_tasks > 0 and (step == config.steps
+                                          or (config.eval_every > 0 and step % config.eval_every == 0))
+
     logged = read_metrics(run_dir)
     last_eval = next((r for r in reversed(logged) if r["kind"] == "eval"), None)
     if run.start == 0 and last_eval is None and config.eval_every > 0 and config.eval_tasks > 0:
         last_eval = run_eval(0)  # not again when resuming from a checkpoint of step 0 (Ctrl+C in step 1)
+    elif run.start > 0 and eval_due(run.start) and not any(r["kind"] == "eval" and r["step"] == run.start
+                                                           for r in logged):
+        last_eval = run_eval(run.start)  # a Ctrl+C after this step's update came before its evaluation
     step, bad_in_a_row, interrupted = run.start, nonfinite_in_a_row(logged), False
     held = DeferredInterrupt()
     bar = tqdm(range(run.start + 1, config.steps + 1), desc=f"RL {config.credit}",
@@ -229,8 +236,7 @@ def train(config: TrainConfig, *, judge: Any = None, reward_fn: Callable[[Trajec
             bar.set_postfix(reward=f"{row['reward']:.2f}", success=f"{row['success']:.2f}")
             if held.pending:  # Ctrl+C came during this step's update: the step is done, save it and stop
                 raise KeyboardInterrupt
-            eval_due = step == config.steps or (config.eval_every > 0 and step % config.eval_every == 0)
-            if eval_due and config.eval_tasks > 0:
+            if eval_due(step):
                 last_eval = run_eval(step)
             if step == config.steps or (config.checkpoint_every > 0 and step % config.checkpoint_every == 0):
                 save(step)

@@ -247,17 +247,23 @@ def test_token_advantages_are_zero_on_every_token_the_model_did_not_sample(credi
         assert not a[~mask].any() and a[mask].abs().sum() > 0
 
 
-def test_ctrl_c_during_an_update_saves_the_finished_step(tmp_path):
-    """SIGINT (what Ctrl+C sends) in the middle of step 2's update, between its two PPO epochs: the update
-    finishes, step 2 is logged and checkpointed, and resuming runs step 3 only."""
+def _ctrl_c_once_at(at_step: int):
+    """A loss hook that sends this process SIGINT (what Ctrl+C sends) once, in step `at_step`'s update."""
     sent = []
 
     def ctrl_c(step, loss):
-        if step == 2 and not sent:
+        if step == at_step and not sent:
             sent.append(step)
             os.kill(os.getpid(), signal.SIGINT)
         return loss
 
+    return ctrl_c
+
+
+def test_ctrl_c_during_an_update_saves_the_finished_step(tmp_path):
+    """SIGINT (what Ctrl+C sends) in the middle of step 2's update, between its two PPO epochs: the update
+    finishes, step 2 is logged and checkpointed, and resuming runs step 3 only."""
+    ctrl_c = _ctrl_c_once_at(2)
     config = _tiny(tmp_path, steps=3, tasks_per_step=1, rollout=dict(max_turns=1, max_new_tokens=4),
                    optim=dict(ppo_epochs=2), checkpoint_every=1)
     result = train(config, reward_fn=_first_wins, loss_hook=ctrl_c)
@@ -271,14 +277,7 @@ def test_ctrl_c_during_an_update_saves_the_finished_step(tmp_path):
 def test_ctrl_c_in_the_last_update_still_evaluates_the_last_step_on_resume(tmp_path):
     """A Ctrl+C during the last step's update stops before that step's evaluation; train() again has no step
     left to run, but evaluates the last step (once: a third call adds nothing)."""
-    sent = []
-
-    def ctrl_c(step, loss):
-        if step == 2 and not sent:
-            sent.append(step)
-            os.kill(os.getpid(), signal.SIGINT)
-        return loss
-
+    ctrl_c = _ctrl_c_once_at(2)
     config = _tiny(tmp_path, steps=2, tasks_per_step=1, rollout=dict(max_turns=1, max_new_tokens=4),
                    eval_every=0, eval_tasks=1, checkpoint_every=0)
     assert train(config, reward_fn=_first_wins, loss_hook=ctrl_c)["interrupted"]

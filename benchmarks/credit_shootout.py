@@ -43,7 +43,7 @@ import torch
 from scipy import stats
 
 from course_lib import Sizes, fast_mode, rewards, runs_dir
-from course_lib.checkpoint import read_metrics
+from course_lib.checkpoint import interruptible, read_metrics
 from course_lib.credit import CREDIT_METHODS, step_group_sizes
 from course_lib.envs import load_tasks
 from course_lib.evaluate import evaluate
@@ -790,6 +790,7 @@ def main(argv: list[str] | None = None) -> dict:
     # COURSE_THREADS=1 for workers side by side: two 2-thread workers on 2 cores ran one step 4-10x slower
     # (measured: rollout 244 s vs 67 s, update 181 s vs 19 s).
     torch.set_num_threads(course_threads())
+    interruptible()  # started with & from a script, SIGINT would be ignored: Ctrl+C keeps the checkpoint
     preset = PRESETS[args.size]
     prepared = {}
     for env in [] if args.report else args.envs or preset.envs:

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from course_lib import decode_attention, kv_cache, runs_dir
-from course_lib.checkpoint import read_metrics
+from course_lib.checkpoint import interruptible, read_metrics
 from course_lib.models import course_threads
 from course_lib.train.config import TrainConfig
 from course_lib.train.loop import train
@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None, arms: dict | None = None, name: str = "l
     ap.add_argument("--md", help="also write the table to this file")
     args = ap.parse_args(argv)
     torch.set_num_threads(course_threads())
+    interruptible()  # started with & from a script, SIGINT would be ignored: Ctrl+C keeps the checkpoint
     root = runs_dir() / name / f"steps{args.steps}-eval{args.eval_tasks}"
     results = []
     if args.report:

@@ -43,7 +43,7 @@ import torch
 from scipy.stats import binomtest
 
 from course_lib import Sizes, fast_mode, runs_dir
-from course_lib.checkpoint import read_metrics
+from course_lib.checkpoint import interruptible, read_metrics
 from course_lib.evaluate import evaluate
 from course_lib.models import course_threads
 from course_lib.rewards import (
@@ -178,29 +178,30 @@ def mcnemar(a: list[int], b: list[int]) -> tuple[int, int, float]:
     return only_a, only_b, binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
 
 
-def comparisons(results: list[dict], start: dict) -> list[str]:
-    """Each turn arm against outcome at every evaluation step, paired by seed and by (seed, question)."""
+def comparisons(results: list[dict], start: dict, arms=ARMS, baseline: str = BASELINE) -> list[str]:
+    """Each arm against the baseline arm at every evaluation step, paired by seed and by (seed, question).
+    judge_runs.py calls it with its own arms."""
     by = {(r["arm"], r["seed"]): r for r in results}
     lines = []
-    for arm in ARMS:
-        if arm == BASELINE:
+    for arm in arms:
+        if arm == baseline:
             continue
-        seeds = sorted(s for a, s in by if a == arm and (BASELINE, s) in by)
+        seeds = sorted(s for a, s in by if a == arm and (baseline, s) in by)
         if not seeds:
             continue
         for step in by[(arm, seeds[0])]["outcomes"]:
             mine = [sum(by[(arm, s)]["outcomes"][step]) / len(start["outcomes"]) for s in seeds]
-            base = [sum(by[(BASELINE, s)]["outcomes"][step]) / len(start["outcomes"]) for s in seeds]
+            base = [sum(by[(baseline, s)]["outcomes"][step]) / len(start["outcomes"]) for s in seeds]
             pooled = mcnemar(sum((by[(arm, s)]["outcomes"][step] for s in seeds), []),
-                             sum((by[(BASELINE, s)]["outcomes"][step] for s in seeds), []))
-            line = (f"{arm} vs {BASELINE}, step {step}, {len(seeds)} seed(s): mean success "
+                             sum((by[(baseline, s)]["outcomes"][step] for s in seeds), []))
+            line = (f"{arm} vs {baseline}, step {step}, {len(seeds)} seed(s): mean success "
                     f"{sum(mine) / len(mine):.3f} vs {sum(base) / len(base):.3f}")
             if len(seeds) >= 2:
                 c = paired_comparison(mine, base)
                 line += (f"; paired by seed: difference {c['mean_diff']:+.3f} "
                          f"[{c['low']:+.3f}, {c['high']:+.3f}], "
                          f"p {c['p']:.2g}, smallest detectable {c['mde']:.3f}")
-            line += (f"; per (seed, question): {pooled[0]} only {arm} right, {pooled[1]} only {BASELINE}, "
+            line += (f"; per (seed, question): {pooled[0]} only {arm} right, {pooled[1]} only {baseline}, "
                      f"p {pooled[2]:.2g}")
             lines.append(line)
     return lines
@@ -233,6 +234,7 @@ def main() -> None:
                         help="only rewrite the results file from finished runs")
     args = parser.parse_args()
     torch.set_num_threads(course_threads())
+    interruptible()  # started with & from a script, SIGINT would be ignored: Ctrl+C keeps the checkpoint
     preset = PRESETS[args.size]
     if not args.report:
         warm = warm_start_of(preset)

@@ -173,3 +173,14 @@ class DeferredInterrupt:
             yield
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+
+
+def interruptible() -> None:
+    """Let SIGINT (Ctrl+C, `kill -INT`) raise KeyboardInterrupt in a process that inherited it ignored.
+
+    A command started with `&` from a script (a shell without job control) starts with SIGINT ignored, and
+    Python then leaves it so: `kill -INT` did nothing outside an update, and such a run could only be
+    stopped by a signal that skips its checkpoint. The run scripts call this first."""
+    main = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    if main and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

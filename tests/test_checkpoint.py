@@ -249,3 +249,29 @@ def test_checkpoints_take_plain_data_not_the_training_config():
     import course_lib.checkpoint
 
     assert "TrainConfig" not in Path(course_lib.checkpoint.__file__).read_text()
+
+
+def test_interruptible_gives_back_ctrl_c_to_a_process_started_with_sigint_ignored():
+    """What `cmd &` in a script does to a run: SIGINT starts ignored. Without interruptible() the signal is
+    lost; with it the process gets its KeyboardInterrupt (and a run, its checkpoint)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time\n"
+            "from course_lib.checkpoint import interruptible\n"
+            "if sys.argv[1] == 'on': interruptible()\n"
+            "print('ready', flush=True)\n"
+            "try:\n    time.sleep(20)\n    print('slept')\n"
+            "except KeyboardInterrupt:\n    print('KeyboardInterrupt')\n")
+    seen = {}
+    for mode in ("off", "on"):
+        proc = subprocess.Popen([sys.executable, "-c", code, mode], stdout=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        try:
+            seen[mode] = proc.communicate(timeout=3)[0].strip()
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            seen[mode] = "still running"
+    assert seen == {"off": "still running", "on": "KeyboardInterrupt"}

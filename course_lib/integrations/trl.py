@@ -420,20 +420,30 @@ def make_judge_reward(judge, rubric: str | None = None, *, seed: int = 0) -> Cal
 
 
 def grpo_config(output_dir: str = "runs/trl", *, steps: int = 2,
-                num_generations: int = 2, batch_size: int = 2,
+                num_generations: int = 2, batch_size: int = 2, micro_batch_size: int | None = None,
                 max_completion_length: int = 64, learning_rate: float = 2e-5, temperature: float = 1.0,
                 seed: int = 0, max_turns: int = 4, **overrides: Any):
     """A `GRPOConfig` sized for this course, with the defaults that matter on a laptop spelled out.
 
     batch_size: completions per device per optimizer step (so batch_size / num_generations prompts).
+    micro_batch_size: completions per forward and backward pass (default: batch_size). A smaller one
+    accumulates gradients over batch_size / micro_batch_size passes (TRL's gradient_accumulation_steps;
+    it still generates the whole batch at once), so the full-vocabulary logits of only that many
+    completions are held at a time: the memory peak of a step falls. TRL's DAPO loss divides every pass
+    by the whole batch's token count, so the accumulated gradient is one pass's (up to rounding).
     """
     from trl import GRPOConfig
+
+    micro = batch_size if micro_batch_size is None else micro_batch_size
+    if micro < 1 or batch_size % micro:
+        raise ValueError(f"micro_batch_size must divide batch_size ({batch_size}), got {micro_batch_size}")
 
     cuda = torch.cuda.is_available()
     bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # a T4 emulates bf16: fp16 there
     options: dict[str, Any] = dict(
         output_dir=output_dir, max_steps=steps, num_generations=num_generations,
-        per_device_train_batch_size=batch_size, max_completion_length=max_completion_length,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=batch_size // micro,
+        max_completion_length=max_completion_length,
         learning_rate=learning_rate, temperature=temperature, seed=seed,
         use_cpu=not cuda, bf16=bf16, fp16=cuda and not bf16,  # GRPOConfig defaults bf16=True: not on CPU
         # GRPOConfig turns (gradient) checkpointing on; a 135M model does not need it

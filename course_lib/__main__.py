@@ -274,7 +274,9 @@ def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int 
                          rollout=dict(max_turns=sizes.max_turns, max_new_tokens=sizes.max_new_tokens,
                                       sample_dtype=sizes.sample_dtype))
     t0 = time.time()
-    train(config)
+    if train(config)["interrupted"]:  # Ctrl+C: no report on a run that did not finish
+        print("The demo stopped at the RL run's checkpoint; run it again to resume from there.")
+        return {"interrupted": True, "run_dir": config.run_dir}
     rl_seconds = time.time() - t0
     evals = [r for r in read_metrics(config.run_dir) if r["kind"] == "eval"]
     warm, final = evals[0], evals[-1]

@@ -36,12 +36,10 @@ def evaluate(model_or_path, env: str, split: str = "test", n_tasks: int = 32, *,
         model = model_or_path
         if tokenizer is None:
             raise ValueError("pass tokenizer=... together with a model object")
-    episodes = []
-    for start in range(0, len(tasks), batch_size):
-        groups = rollout(model, tokenizer, env, tasks[start:start + batch_size], group_size=1,
-                         max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=0.0,
-                         seed=0, max_context=max_context, progress=progress)
-        episodes += [t for g in groups for t in g]
+    groups = rollout(model, tokenizer, env, tasks, group_size=1, max_turns=max_turns,
+                     max_new_tokens=max_new_tokens, temperature=0.0, seed=0, max_context=max_context,
+                     progress=progress, max_batch=batch_size)  # batch_size episodes decode at once
+    episodes = [t for g in groups for t in g]
     wins = sum(t.success for t in episodes)
     low, high = wilson_interval(wins, len(tasks))
     won = [t.num_turns for t in episodes if t.success]

@@ -20,14 +20,34 @@ import torch
 from tqdm.auto import tqdm
 
 from course_lib import runs_dir
-from course_lib.batching import collate, loss_scale, pack_by_length, unscale_gradients, use_bf16
+from course_lib.batching import (
+    collate,
+    forward_logprobs,
+    loss_scale,
+    pack_by_length,
+    unscale_gradients,
+    use_bf16,
+)
 from course_lib.checkpoint import save_model
 from course_lib.envs import load_tasks
-from course_lib.losses import sft_loss
+from course_lib.losses import masked_mean, sft_loss
 from course_lib.models import autocast_context, load_policy
 from course_lib.rollout import expert_rollout
 from course_lib.tasks import filter_tasks
 from course_lib.trajectory import Trajectory
+
+
+def _assistant_loss(model, batch: dict, device, autocast_dtype) -> tuple[torch.Tensor, dict[str, float]]:
+    """`losses.sft_loss` with the loss mask, computed as the RL update computes its log-probs
+    (`batching.forward_logprobs`): the 49k-wide output layer and its softmax run only at the positions
+    that predict a masked token, not at every prompt and observation token. Same loss, same accuracy."""
+    ids = batch["input_ids"].to(device)
+    logprobs, logits, _ = forward_logprobs(model, batch, device, autocast_dtype, temperature=1.0)
+    target_mask = batch["loss_mask"][:, 1:].to(device).to(torch.float32)
+    loss = -masked_mean(logprobs[:, 1:], target_mask)
+    with torch.no_grad():
+        accuracy = (logits.argmax(-1) == ids[:, 1:][target_mask.bool()]).to(torch.float32).mean()
+    return loss, {"loss": loss.item(), "tokens": float(target_mask.sum()), "accuracy": float(accuracy)}
 
 
 def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "assistant",
@@ -61,17 +81,19 @@ def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "a
         if share == 0:
             continue
         batch = collate(part)
-        with autocast_context(device, autocast_dtype):
-            logits = model(input_ids=batch["input_ids"].to(device),
-                           attention_mask=batch["attention_mask"].to(device)).logits
-        loss_mask = batch["loss_mask"] if mask == "assistant" else None
-        loss, stats = sft_loss(logits, batch["input_ids"].to(device),
-                               None if loss_mask is None else loss_mask.to(device),
-                               attention_mask=batch["attention_mask"].to(device))
+        if mask == "assistant":  # the output layer only where a model token is predicted
+            loss, stats = _assistant_loss(model, batch, device, autocast_dtype)
+        else:
+            with autocast_context(device, autocast_dtype):
+                logits = model(input_ids=batch["input_ids"].to(device),
+                               attention_mask=batch["attention_mask"].to(device)).logits
+            loss, stats = sft_loss(logits, batch["input_ids"].to(device),
+                                   attention_mask=batch["attention_mask"].to(device))
+            del logits
         (loss * share * scale).backward()
         sums["loss"] += stats["loss"] * share
         sums["accuracy"] += stats["accuracy"] * share
-        del logits, loss
+        del loss
     unscale_gradients(model.parameters(), scale)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
     skipped = not math.isfinite(grad_norm)

@@ -11,7 +11,7 @@ import torch
 
 from course_lib.batching import collate
 from course_lib.envs import load_tasks
-from course_lib.losses import token_logprobs
+from course_lib.losses import sft_loss, token_logprobs
 from course_lib.models import load_policy
 from course_lib.rollout import expert_rollout
 from course_lib.sft import ensure_warm_start, sft_step
@@ -58,6 +58,27 @@ def test_the_assistant_loss_is_the_mean_cross_entropy_of_the_models_tokens(polic
     assert stats["tokens"] == sum(demo.loss_mask[1:]) == int(trained.sum()) > 10
     assert stats["loss"] == pytest.approx(float(-logprobs[trained].mean()), abs=1e-4)
     assert 0.0 <= stats["accuracy"] <= 1.0 and math.isfinite(stats["grad_norm"]) and not stats["skipped"]
+
+
+def test_the_assistant_step_has_the_gradient_of_the_loss_over_every_positions_logits(policy, demo):
+    """sft_step runs the output layer only where a model token is predicted; the gradient is the one of
+    `losses.sft_loss` over the logits of every position, masked."""
+    model, _ = policy
+    _, fast = _step_and_gradient(model, [demo], "assistant")
+    batch = collate([demo])
+    ids, attention = batch["input_ids"].to(model.device), batch["attention_mask"].to(model.device)
+    model.train()
+    try:
+        loss, _ = sft_loss(model(input_ids=ids, attention_mask=attention).logits, ids,
+                           batch["loss_mask"].to(model.device), attention_mask=attention)
+        loss.backward()
+        full = [model.get_input_embeddings().weight.grad.clone(),
+                model.model.layers[-1].mlp.down_proj.weight.grad.clone()]
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.eval()
+    for a, b in zip(fast, full):
+        assert b.abs().max() > 0 and (a - b).abs().max() <= 1e-4 * b.abs().max()
 
 
 def test_tokens_outside_the_assistant_mask_change_neither_the_loss_nor_the_gradient(policy, demo, tokenizer):

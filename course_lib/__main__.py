@@ -163,7 +163,7 @@ class DemoSizes(Sizes):
     sample_dtype: str = "bfloat16"
 
 
-DEMO_SIZES = {  # full: about 30 minutes on 2 CPU cores; fast (COURSE_FAST=1): a couple of minutes
+DEMO_SIZES = {  # full: about 14 minutes on 2 CPU cores (README); fast (COURSE_FAST=1): a couple of minutes
     "fast": DemoSizes(one_hop_demos=16, two_hop_demos=4, sft_steps=2, sft_batch=4, eval_tasks=4, rl_steps=1,
                       tasks_per_step=2, group_size=2, max_turns=3, max_new_tokens=32, eval_every=1),
     "full": DemoSizes(one_hop_demos=224, two_hop_demos=32, sft_steps=32, sft_batch=8, eval_tasks=40,

@@ -17,7 +17,8 @@ held-out greedy success from the same warm start, TRL with its own generation an
 environment_factory adapter). Both train `--max-steps` steps and are evaluated every `--eval-every` steps by
 the same evaluator (`course_lib.evaluate.evaluate`, greedy, the same test tasks); evaluation time is left out
 of the training clock. TRL's model is also evaluated in the format it trains in (its tool-calling chat
-template, `evaluate_tool_calling`), because a warm start trained in our protocol need not work there.
+template, `evaluate_tool_calling`), because a warm start trained in our protocol need not work there: the warm
+start of this mode is trained on the expert's demonstrations in both formats (`--warm-start-formats both`).
 
     python benchmarks/vs_trl.py --time-to-success 0.8 --eval-every 5 --max-steps 30 --json tts.json
 """
@@ -385,14 +386,18 @@ def time_to_success_notes(result: dict) -> list[str]:
     a trainer without reward signal, the ratio."""
     ours, trl, target = result["ours"], result["trl"], result["target"]
     warm = result["warm_start"]
-    notes = [f"warm start, held-out greedy success: {warm['success']:.2f} in our format (our engine, "
-             f"<tool_call>/<answer> tags), {warm['success_tool_calling']:.2f} in TRL's tool-calling format "
-             f"(tools rendered by the chat template, `answer` is a tool; TRL's parser found a tool call in "
-             f"{warm['turns_with_tool_calls']:.0%} of its turns)"]
+    trained_on = (f"{warm['steps']} steps on demonstrations in {' and '.join(warm['formats'])} format"
+                  if warm["formats"] else "none, the base model")
+    notes = [f"warm start ({trained_on}), held-out greedy success: {warm['success']:.2f} in our "
+             f"format (our engine, <tool_call>/<answer> tags), {warm['success_tool_calling']:.2f} in TRL's "
+             f"tool-calling format (tools rendered by the chat template, `answer` is a tool; TRL's parser "
+             f"found a tool call in {warm['turns_with_tool_calls']:.0%} of its turns)"]
     if warm["success_tool_calling"] < warm["success"] - 0.2:
-        notes.append("TRL starts from a much lower success in the format it trains in: the warm start learnt "
-                     "our protocol, not TRL's tool-calling template, so the two trainers do not start from "
-                     "the same effective policy; TRL's time also includes learning the new format")
+        learnt = ("both formats, but the tool-calling one less well" if "tool_calling" in warm["formats"]
+                  else "our protocol, not TRL's tool-calling template")
+        notes.append(f"TRL starts from a much lower success in the format it trains in: the warm start "
+                     f"learnt {learnt}, so the two trainers do not start from the same effective policy; "
+                     "TRL's time also includes learning the format")
     if ours["curve"][0]["success"] >= target:
         notes.append(f"the warm start already reaches {target:.2f} in our format before any RL step: the "
                      "time to target is 0 for both; use a weaker warm start (--warm-start-steps) or a higher "
@@ -407,8 +412,9 @@ def time_to_success_notes(result: dict) -> list[str]:
     return notes
 
 
-def time_to_success(a: argparse.Namespace, model_path: str) -> dict:
-    """Both trainers from `model_path` to `a.time_to_success` held-out success; the result with its notes."""
+def time_to_success(a: argparse.Namespace, model_path: str, formats: tuple[str, ...]) -> dict:
+    """Both trainers from `model_path` to `a.time_to_success` held-out success; the result with its notes.
+    formats: the warm start's demonstration formats (none: `model_path` is the base model)."""
     test_tasks = evaluation_tasks(a.env, "test", a.eval_tasks)  # the tasks train() evaluates ours on
     ours = ours_curve(a, model_path, test_tasks)
     gc.collect()
@@ -425,7 +431,8 @@ def time_to_success(a: argparse.Namespace, model_path: str) -> dict:
                        f"{a.group_size}, max_turns {a.max_turns}, max_new_tokens {a.max_new_tokens} (TRL: "
                        f"{a.max_turns * a.max_new_tokens} per completion), loss dapo, lr {a.lr}, held-out "
                        f"evaluation every {a.eval_every} steps on {len(test_tasks)} test tasks"),
-              "warm_start": {"model": model_path, "success": ours["curve"][0]["success"],
+              "warm_start": {"model": model_path, "steps": a.warm_start_steps, "formats": list(formats),
+                             "success": ours["curve"][0]["success"],
                              "success_under_trl": warm["success"],
                              "success_tool_calling": warm["success_tool_calling"],
                              "turns_with_tool_calls": warm["turns_with_tool_calls"]},
@@ -433,6 +440,18 @@ def time_to_success(a: argparse.Namespace, model_path: str) -> dict:
               "ratio_ours_over_trl": both[0] / both[1] if None not in both and both[1] > 0 else None}
     result["notes"] = time_to_success_notes(result)
     return result
+
+
+# --warm-start-formats -> the demonstration formats of `course_lib.sft.warm_start`
+WARM_START_FORMATS = {"ours": ("ours",), "both": ("ours", "tool_calling")}
+
+
+def warm_start_formats(a: argparse.Namespace) -> tuple[str, ...]:
+    """The warm start's demonstration formats: --warm-start-formats, else both formats for --time-to-success
+    (TRL's environment_factory trains in its tool-calling format, which a warm start on our protocol alone
+    does not speak) and ours for the per-step comparison (TRL generates through our engine there)."""
+    choice = a.warm_start_formats or ("both" if a.time_to_success is not None else "ours")
+    return WARM_START_FORMATS[choice]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -447,6 +466,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--eval-tasks", type=int, default=8)
     p.add_argument("--warm-start-steps", type=int, default=12,
                    help="supervised warm start first (0: the base model, whose rewards are all 0)")
+    p.add_argument("--warm-start-formats", choices=sorted(WARM_START_FORMATS), default=None,
+                   help="the warm start's demonstrations: in our protocol, or in ours and TRL's tool-calling "
+                        "format mixed (default: both with --time-to-success, else ours)")
     p.add_argument("--bf16-autocast", action="store_true",
                    help="ours with bf16 autocast (TRL stays fp32 on CPU)")
     p.add_argument("--seed", type=int, default=0)
@@ -464,14 +486,16 @@ def main(argv: list[str] | None = None) -> dict:
         a.bf16_autocast = None  # ours: the model's dtype choice (bf16 weights); TRL: bf16 mixed precision
     print(machine())
     t0 = time.perf_counter()
+    formats = warm_start_formats(a) if a.warm_start_steps else ()
     if a.warm_start_steps:
         model_path = str(ensure_warm_start(a.env, n_demos=64, steps=a.warm_start_steps, batch_size=4,
-                                           progress=False))
+                                           formats=formats, progress=False))
     else:
         model_path = resolve_model_path("smollm2-135m")
-    print(f"model: {model_path} ({time.perf_counter() - t0:.0f} s)")
+    print(f"model: {model_path}, warm start formats: {', '.join(formats) or 'none'} "
+          f"({time.perf_counter() - t0:.0f} s)")
     if a.time_to_success is not None:
-        result = time_to_success(a, model_path)
+        result = time_to_success(a, model_path, formats)
         print(result["size"])
         print(curve_tables(result))
         for note in result["notes"]:

@@ -1,6 +1,7 @@
 """The supervised warm start (notebook 03): train on expert demonstrations before RL.
 
     sft_step           one update on demonstrations (assistant-only loss mask, or every token)
+    demonstrations     the env's expert on some tasks, in our protocol and/or TRL's tool-calling format
     warm_start         demonstrations of the env's expert -> a checkpoint `load_policy(path)` reads
     ensure_warm_start  the same, trained once per set of options and cached under runs/warm_start/
     filter_tasks       (re-exported from `course_lib.tasks`, where task selection lives)
@@ -105,15 +106,40 @@ def sft_step(model, optimizer, trajectories: list[Trajectory], *, mask: str = "a
     return {**sums, "tokens": float(total), "grad_norm": grad_norm, "skipped": skipped}
 
 
+# The formats a demonstration can be written in: our protocol (tools described in the system prompt,
+# <tool_call>/<answer> tags), and TRL's tool-calling format (tool schemas rendered by the tool-calling chat
+# template, `answer` a tool), which TRL's environment_factory trains in (course_lib.integrations.trl_eval).
+DEMONSTRATION_FORMATS = ("ours", "tool_calling")
+
+
+def demonstrations(tokenizer, env: str, tasks: list[dict], *,
+                   formats: tuple[str, ...] | list[str] = ("ours",), max_turns: int = 8) -> list[Trajectory]:
+    """The expert's episode of each task in each of `formats` (see DEMONSTRATION_FORMATS): one trajectory per
+    task and format, our protocol's first."""
+    unknown = [f for f in formats if f not in DEMONSTRATION_FORMATS]
+    if unknown or not formats:
+        raise ValueError(f"unknown demonstration formats {unknown or list(formats)}; formats are: "
+                         f"{', '.join(DEMONSTRATION_FORMATS)}")
+    demos = expert_rollout(tokenizer, env, tasks, max_turns=max_turns) if "ours" in formats else []
+    if "tool_calling" in formats:
+        # TRL's template and tool schemas, only when asked for (the course meets them in notebook 11)
+        from course_lib.integrations.trl_eval import tool_calling_demonstrations
+
+        demos += tool_calling_demonstrations(tokenizer, env, tasks, max_turns=max_turns)
+    return demos
+
+
 def warm_start(env: str = "search_qa", *, model: str = "smollm2-135m", n_demos: int = 256, steps: int = 32,
                lr: float = 5e-5, batch_size: int = 8, run_dir: str | Path = "runs/warm_start/run",
                mask: str = "assistant", seed: int = 0, task_filter: dict[str, Any] | None = None,
                max_turns: int = 8, bf16_autocast: bool | None = None, device: str | None = None,
-               tasks: list[dict] | None = None, progress: bool = True) -> Path:
+               tasks: list[dict] | None = None, progress: bool = True,
+               formats: tuple[str, ...] | list[str] = ("ours",)) -> Path:
     """Supervised warm start on expert demonstrations; saves a checkpoint that `load_policy(path)` reads.
 
     Demonstrations: the env's expert on `n_demos` training tasks (filtered by `task_filter`, e.g.
-    {"hops": 1}, and shuffled), or on the first `n_demos` of `tasks` when given. Each step trains on
+    {"hops": 1}, and shuffled), or on the first `n_demos` of `tasks` when given, in each of `formats`
+    (`demonstrations`; two formats give 2 x n_demos demonstrations, mixed). Each step trains on
     `batch_size` demonstrations drawn in a seeded shuffled order.
     Writes sft_metrics.jsonl next to the model files. Returns the checkpoint folder.
     """
@@ -125,7 +151,7 @@ def warm_start(env: str = "search_qa", *, model: str = "smollm2-135m", n_demos: 
     if tasks is None:
         tasks = filter_tasks(load_tasks(env, "train"), task_filter)
         random.Random(seed).shuffle(tasks)
-    demos = expert_rollout(tokenizer, env, tasks[:n_demos], max_turns=max_turns)
+    demos = demonstrations(tokenizer, env, tasks[:n_demos], formats=formats, max_turns=max_turns)
     optimizer = torch.optim.AdamW(model_obj.parameters(), lr=lr, weight_decay=0.0)
     rng = random.Random(seed + 1)
     order: list[int] = []
@@ -148,6 +174,8 @@ def ensure_warm_start(env: str = "search_qa", **options: Any) -> Path:
     """The warm-start checkpoint for these options, trained once and reused from
     `runs/warm_start/<env>-<hash of the options>` afterwards (what the notebooks call)."""
     options.pop("run_dir", None)
+    if list(options.get("formats", ["ours"])) == ["ours"]:  # the default: the key it had before the option
+        options.pop("formats", None)
     key = json.dumps({"env": env, **{k: v for k, v in options.items() if k != "progress"}}, sort_keys=True)
     path = runs_dir() / "warm_start" / f"{env}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     if not (path / "config.json").exists():

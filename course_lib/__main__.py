@@ -253,8 +253,7 @@ def demo(run_dir: str | Path | None = None, fast: bool | None = None, seed: int 
     # train() evaluates on the same questions: the first eval_tasks two-hop test tasks, same limits.
 
     print(f"[1/4] base model on {len(two_hop_test)} held-out two-hop questions...")
-    base = evaluate("smollm2-135m", "search_qa", **eval_kwargs)
-    print(f"      base: {_format(base)}")
+    print(f"      base: {_format(base := evaluate('smollm2-135m', 'search_qa', **eval_kwargs))}")
 
     print("[2/4] warm start on expert demonstrations (mostly one-hop)...")
     t0 = time.time()

@@ -304,9 +304,16 @@ ALLOWED: dict[str, dict[str, str]] = {
 
 def results_evidence(notebook: dict) -> Evidence:
     """The results files of the benchmarks a notebook names (``credit_shootout`` names credit_shootout.md and
-    credit_shootout_runs.json)."""
+    credit_shootout_runs.json; a ``_runs`` file without such a sibling, like judge_runs.json, is named by its
+    own stem: "judge" alone would name it in every notebook that mentions a judge)."""
     text = "\n".join("".join(cell["source"]) for cell in notebook["cells"])
-    named = [path for path in RESULTS if re.search(rf"\b{path.stem.removesuffix('_runs')}", text)]
+    stems = {path.stem for path in RESULTS}
+
+    def name(path: Path) -> str:
+        short = path.stem.removesuffix("_runs")
+        return short if short in stems else path.stem
+
+    named = [path for path in RESULTS if re.search(rf"\b{name(path)}", text)]
     evidence = Evidence("\n".join(path.read_text(encoding="utf-8") for path in named))
     for path in named:
         if path.suffix == ".json":

@@ -116,6 +116,8 @@ def _typed(name: str, value: Any, hint: Any) -> Any:
     for kind in (str, dict):
         if kind in allowed and isinstance(value, kind):
             return value
+    if isinstance(value, (list, tuple)) and (tuple in allowed or list in allowed):  # --formats '["ours"]'
+        return tuple(value) if tuple in allowed else list(value)
     names = " or ".join("null" if a is type(None) else a.__name__ for a in allowed)
     raise SystemExit(f"--{name.replace('_', '-')}: expected {names}, got {value!r}")
 

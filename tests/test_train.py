@@ -511,3 +511,5 @@ def test_the_command_line_takes_its_defaults_from_the_functions():
                 assert getattr(args, name) == param.default, (command, name)
     values = cli._signature_values(parser.parse_args(["sft", "--steps", "4e1", "--lr", "1e-4"]), "sft")
     assert values["steps"] == 40
+    formats = parser.parse_args(["sft", "--formats", '["ours", "tool_calling"]'])
+    assert cli._signature_values(formats, "sft")["formats"] == ("ours", "tool_calling")

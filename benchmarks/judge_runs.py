@@ -37,15 +37,15 @@ import torch
 
 from course_lib import Sizes, fast_mode, runs_dir
 from course_lib.checkpoint import interruptible, read_metrics
-from course_lib.evaluate import evaluate
 from course_lib.judge.backends import LocalJudge
 from course_lib.judge.warm_start import JUDGE_WARM_START, ensure_judge_warm_start
 from course_lib.models import course_threads
-from course_lib.train.config import RolloutConfig, TrainConfig
+from course_lib.train.config import TrainConfig
 from course_lib.train.loop import train
 from course_lib.warm_starts import course_warm_start
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import turn_reward_runs  # noqa: E402  (the step-0 evaluation, one place)
 from credit_shootout import machine  # noqa: E402
 from turn_reward_runs import comparisons  # noqa: E402  (the paired statistics, one place)
 
@@ -116,21 +116,7 @@ def config_of(size: str, arm: str, seed: int, warm: Path) -> TrainConfig:
 
 def start_eval(size: str, warm: Path) -> dict:
     """Held-out success of the warm start (step 0 of every run), computed once per size."""
-    path = size_dir(size) / "start_eval.json"
-    if path.exists():
-        start = json.loads(path.read_text())
-        if start["warm_start"] != warm.name:
-            raise SystemExit(f"{size_dir(size)} holds runs from warm start {start['warm_start']}, "
-                             f"not {warm.name}: move that folder away to start afresh")
-        return start
-    p = PRESETS[size]
-    result = evaluate(str(warm), "search_qa", n_tasks=p.eval_tasks, task_filter={"hops": 2},
-                      max_turns=p.max_turns, max_new_tokens=p.max_new_tokens,
-                      max_context=RolloutConfig.max_context)
-    start = {**result, "warm_start": warm.name}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(start))
-    return start
+    return turn_reward_runs.start_eval(size, warm, size_dir(size), PRESETS[size])
 
 
 def run_one(size: str, arm: str, seed: int, warm: Path, judge: LocalJudge) -> dict:

@@ -125,16 +125,18 @@ def config_of(size: str, arm: str, seed: int, warm: Path) -> TrainConfig:
                        eval_tasks=preset.eval_tasks, checkpoint_every=0, seed=seed, progress=False)
 
 
-def start_eval(size: str, warm: Path) -> dict:
-    """Held-out success of the warm start (step 0 of every run), computed once per size."""
-    path = size_dir(size) / "start_eval.json"
+def start_eval(size: str, warm: Path, folder: Path | None = None, preset=None) -> dict:
+    """Held-out success of the warm start (step 0 of every run), computed once per size and kept in
+    `folder`/start_eval.json (default: this size's folder; judge_runs.py passes its own folder and preset)."""
+    folder = size_dir(size) if folder is None else folder
+    preset = PRESETS[size] if preset is None else preset
+    path = folder / "start_eval.json"
     if path.exists():
         start = json.loads(path.read_text())
         if start["warm_start"] != warm.name:
-            raise SystemExit(f"{size_dir(size)} holds runs from warm start {start['warm_start']}, "
+            raise SystemExit(f"{folder} holds runs from warm start {start['warm_start']}, "
                              f"not {warm.name}: move that folder away to start afresh")
         return start
-    preset = PRESETS[size]
     result = evaluate(str(warm), "search_qa", n_tasks=preset.eval_tasks, task_filter={"hops": 2},
                       max_turns=preset.max_turns, max_new_tokens=preset.max_new_tokens,
                       max_context=RolloutConfig.max_context)

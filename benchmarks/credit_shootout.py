@@ -5,6 +5,7 @@
                                                                  # finished runs
     python benchmarks/credit_shootout.py --size gpu              # one GPU
     python benchmarks/credit_shootout.py --size tiny --seeds 0   # smoke size (the test uses it)
+    COURSE_THREADS=2 python benchmarks/credit_shootout.py --size horizon --prepare-only  # alone, first
 
 For each environment, every credit method starts from the same warm-start checkpoint and gets the same
 budget and hyperparameters; a seed gives every method the same training tasks at every step (train()
@@ -785,6 +786,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seeds", nargs="+", type=int, help="default: the preset's")
     ap.add_argument("--report", action="store_true",
                     help="train nothing: write the results file from finished runs")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="only the warm start, step groups and step-0 evaluations, then stop: run it alone "
+                         "with 2 threads before 1-thread workers, which would wait on one another")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     # COURSE_THREADS=1 for workers side by side: two 2-thread workers on 2 cores ran one step 4-10x slower
@@ -797,6 +801,8 @@ def main(argv: list[str] | None = None) -> dict:
         prepared[env] = warm, start = prepare(args.size, env)
         print(f"{env:<10} warm start {warm.name}: held-out success {start['success']:.3f} "
               f"on {start['n']} tasks", flush=True)
+    if args.prepare_only:
+        return {"prepared": {env: (str(warm), start["success"]) for env, (warm, start) in prepared.items()}}
     # seed by seed (then setting by setting): partial results pair up, at every setting
     for seed in args.seeds if args.seeds is not None else preset.seeds:
         for env, (warm, start) in prepared.items():

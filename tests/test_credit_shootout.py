@@ -149,6 +149,14 @@ def test_shootout_runs_every_method_and_resumes(shootout, tmp_path):
     assert {p: p.stat().st_mtime for p in stamps} == stamps
 
 
+def test_prepare_only_makes_the_shared_start_and_trains_nothing(shootout, tmp_path):
+    out = shootout.main(["--size", "tiny", "--envs", "gridworld", "--prepare-only"])
+    assert list(out["prepared"]) == ["gridworld"]
+    env_dir = shootout.env_dir("tiny", "gridworld")
+    assert (env_dir / "start_eval.json").exists() and (env_dir / "group_stats.json").exists()
+    assert not list(shootout.preset_dir("tiny").glob("*/*/seed*"))
+
+
 def test_long_horizon_settings_run_their_environment_with_its_limits(shootout, tmp_path):
     """A setting "gridworld_long-h8" trains gridworld_long on horizon-8 maps with 16 turns, a context that
     holds them, the bf16 sampler of the horizon preset, and the aligned path

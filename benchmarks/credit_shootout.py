@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from course_lib import Sizes, fast_mode, rewards, runs_dir
+from course_lib import Sizes, fast_mode, rewards, runs_dir, wilson_interval
 from course_lib.checkpoint import interruptible, read_metrics
 from course_lib.credit import CREDIT_METHODS, step_group_sizes
 from course_lib.envs import load_tasks
@@ -292,6 +292,31 @@ def start_eval(size: str, env: str, warm_path: Path) -> dict:
     return start
 
 
+def warm_id(warm_path: Path) -> str:
+    """A hash of the warm start's weights. The same recipe trained on another machine gives other weights
+    (other floating-point kernels), so every run records which warm start it started from."""
+    digest = hashlib.sha1()
+    for path in sorted(Path(warm_path).glob("*.safetensors")):
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 24), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:8]
+
+
+START_KEYS = ("success", "ci_low", "ci_high", "n", "mean_turns_success", "warm_id", "machine", "date")
+
+
+def identified_start(size: str, env: str, warm_path: Path, start: dict) -> dict:
+    """The step-0 evaluation with its warm start's identity (hash, machine, date), written back to
+    start_eval.json the first time."""
+    if "warm_id" not in start:
+        path = env_dir(size, env) / "start_eval.json"
+        start = {**start, "warm_id": warm_id(warm_path), "machine": machine(),
+                 "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))}
+        path.write_text(json.dumps(start))
+    return start
+
+
 def step_group_stats(size: str, env: str, warm_path: Path, seed: int = 0) -> dict:
     """GiGPO's step groups on one step's rollouts of the warm-start model on the RL tasks: how often
     states recur. Cached per environment."""
@@ -328,7 +353,7 @@ def prepare(size: str, env: str) -> tuple[Path, dict]:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process dies
         warm = warm_start_of(size, env)
         step_group_stats(size, env, warm)
-        start = start_eval(size, env, warm)
+        start = identified_start(size, env, warm, start_eval(size, env, warm))
     return warm, start
 
 
@@ -402,6 +427,7 @@ def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start:
     for r in trains:
         sizes.update({int(k): v for k, v in (r.get("step_group_sizes") or {}).items()})
     result = {"env": env, "method": method, "seed": seed, "size": size, "preset": asdict(preset),
+              "start": {k: start.get(k) for k in START_KEYS},
               "curve": [(0, start["success"])] + [(r["step"], r["success"]) for r in evals],
               "final": evals[-1]["success"], "outcomes": evals[-1].get("outcomes"),  # 1/0 per held-out task
               "mean_turns_success": evals[-1].get("mean_turns_success"), "seconds": time.perf_counter() - t0,
@@ -429,11 +455,80 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {gpu}"
 
 
-def finished_results(size: str) -> list[dict]:
-    """Every finished run of this preset, from earlier invocations and other workers too. Only runs in their
+def finished_results(size: str, committed: Sequence[dict] = ()) -> list[dict]:
+    """Every finished run of this preset, from earlier invocations and other workers too, and the `committed`
+    runs (an earlier machine's, from the results file) that this machine has not run. Only runs in their
     method's own folder count: a folder moved aside (e.g. `critic_whitened`, an older variant) is ignored."""
     found = ((p, json.loads(p.read_text())) for p in sorted(preset_dir(size).glob("*/*/seed*/result.json")))
-    return [r for p, r in found if p == run_dir_of(size, r["env"], r["method"], r["seed"]) / "result.json"]
+    local = [r for p, r in found if p == run_dir_of(size, r["env"], r["method"], r["seed"]) / "result.json"]
+    here = {run_key(r) for r in local}
+    return local + [r for r in committed if run_key(r) not in here]
+
+
+def run_key(r: dict) -> tuple[str, str, int]:
+    return r["env"], r["method"], r["seed"]
+
+
+def runs_path(out: Path, size: str) -> Path:
+    """The results file's runs as data: credit_shootout[_<size>]_runs.json."""
+    return out / f"credit_shootout{'' if size == 'cpu' else '_' + size}_runs.json"
+
+
+def committed_results(path: Path) -> list[dict]:
+    """The runs in a `_runs.json` results file (the committed ones: what earlier machines finished, whose
+    run folders are gone), as results. A file written before runs recorded their warm start gives each run
+    its curve's step 0, with the warm start's identity unknown, and sums its per-step rows for the totals."""
+    if not path.exists():
+        return []
+    results = []
+    for run in json.loads(path.read_text())["runs"]:
+        train, n = run.get("train") or [], len(run.get("outcomes") or [])
+        s0 = run["curve"][0][1]
+        low, high = wilson_interval(round(s0 * n), n) if n else (math.nan, math.nan)
+        results.append({
+            "equal_reward_groups": sum(t.get("equal_reward_groups") or 0 for t in train),
+            "train_tokens": sum(t.get("train_tokens") or 0 for t in train),
+            "nonzero_advantage_tokens": float(np.mean([t.get("nonzero_advantage_tokens") or 0.0
+                                                       for t in train] or [0.0])),
+            "step_group_sizes": {}, "step_rows": 0, "torch": "not recorded",
+            "start": {"success": s0, "ci_low": low, "ci_high": high, "n": n, "mean_turns_success": None,
+                      "warm_id": None, "machine": run.get("machine"), "date": None},
+            **{k: v for k, v in run.items() if v is not None}, "committed": True})
+    return results
+
+
+def start_of(size: str, r: dict) -> dict:
+    """The step-0 evaluation a run started from: recorded in the run, else (a run on this machine from
+    before runs recorded it) its environment's start_eval.json here, else its curve's step 0."""
+    if r.get("start"):
+        return r["start"]
+    path = env_dir(size, r["env"]) / "start_eval.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"success": r["curve"][0][1], "ci_low": math.nan, "ci_high": math.nan, "n": 0, "warm_id": None}
+
+
+def starts_of(size: str, env: str, results: list[dict]) -> list[dict]:
+    """The distinct warm starts (step-0 evaluations) of an environment's runs, each with its number of runs
+    (`runs`); this machine's start_eval.json too when no run has used it yet."""
+    found: dict[tuple, dict] = {}
+    for r in results:
+        if r["env"] == env:
+            st = start_of(size, r)
+            key = (st.get("warm_id"), st["success"])
+            found.setdefault(key, {**st, "runs": 0})["runs"] += 1
+    path = env_dir(size, env) / "start_eval.json"
+    if path.exists():
+        st = json.loads(path.read_text())
+        found.setdefault((st.get("warm_id"), st["success"]), {**st, "runs": 0})
+    return list(found.values())
+
+
+def start_label(st: dict, several: bool) -> str:
+    if not several:
+        return "*warm start (step 0)*"
+    who = st.get("warm_id") or "not recorded"
+    return f"*warm start {who} (step 0, {st['runs']} runs)*"
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -448,13 +543,12 @@ def by_seed(results: list[dict], env: str, method: str) -> dict[int, dict]:
 def method_rows(size: str, env: str, methods: list[str], results: list[dict]) -> list[str]:
     """The per-method table rows of one environment, after the warm start's row."""
     preset = PRESETS[size]
-    start_path = env_dir(size, env) / "start_eval.json"
     lines = []
-    if start_path.exists():
-        st = json.loads(start_path.read_text())
+    starts = starts_of(size, env, results)
+    for st in starts:
         turns = st.get("mean_turns_success")
-        lines.append(f"| {env} | *warm start (step 0)* | - | 0: {st['success']:.3f} | {st['success']:.3f} "
-                     "| - | "
+        lines.append(f"| {env} | {start_label(st, len(starts) > 1)} | - | 0: {st['success']:.3f} | "
+                     f"{st['success']:.3f} | - | "
                      f"95% Wilson interval [{st['ci_low']:.3f}, {st['ci_high']:.3f}] on {st['n']} tasks | "
                      f"{'-' if turns is None else f'{turns:.2f}'} | - | - | - | - | - |")
     for m in methods:
@@ -468,7 +562,7 @@ def method_rows(size: str, env: str, methods: list[str], results: list[dict]) ->
         per_seed = ", ".join(f"{r['seed']}: {r['final']:.3f}" for r in rs)
         turns = [r["mean_turns_success"] for r in rs if r.get("mean_turns_success") is not None]
         runs = sum(r["steps_run"] for r in rs)
-        shares = [r["nonzero_advantage_tokens"] for r in rs if "nonzero_advantage_tokens" in r]
+        shares = [r["nonzero_advantage_tokens"] for r in rs if r.get("nonzero_advantage_tokens") is not None]
         signal = f"{np.mean(shares):.2f}" if shares else "-"
         equal = sum(r["equal_reward_groups"] for r in rs) / max(1, runs * preset.tasks_per_step)
         lines.append(f"| {env} | {m} | {len(rs)} | {curve} | {np.mean(finals):.3f} | {sd} | {per_seed} | "
@@ -482,15 +576,15 @@ def method_rows(size: str, env: str, methods: list[str], results: list[dict]) ->
 def comparison_rows(size: str, env: str, methods: list[str], results: list[dict]) -> list[str]:
     """Every method against the baseline, and against the warm start, paired by seed."""
     n_tasks = PRESETS[size].eval_tasks
-    start_path = env_dir(size, env) / "start_eval.json"
-    start = json.loads(start_path.read_text())["success"] if start_path.exists() else None
     lines = []
     pairs = [(m, BASELINE) for m in methods if m != BASELINE] + [(m, "warm start") for m in methods]
     for a, b in pairs:
         runs_a = by_seed(results, env, a)
-        runs_b = by_seed(results, env, b) if b != "warm start" else {s: {"final": start} for s in runs_a}
+        # against the warm start: each run against the step 0 of the warm start it started from
+        runs_b = by_seed(results, env, b) if b != "warm start" else {
+            s: {"final": start_of(size, r)["success"]} for s, r in runs_a.items()}
         seeds = sorted(set(runs_a) & set(runs_b))
-        if (b == "warm start" and start is None) or not seeds:
+        if not seeds:
             continue
         if len(seeds) < 2:
             lines.append(f"| {env} | {a} - {b} | {len(seeds)} | - | - | - | - | "
@@ -533,7 +627,7 @@ def group_rows(size: str, envs: list[str], results: list[dict]) -> list[str]:
             lines.append(f"| {env} | warm start, one step's rollouts | {s['rows']} | "
                          f"{s['fraction_in_groups_ge2']:.2f} | "
                          f"{', '.join(f'{k}: {v}' for k, v in s['histogram'].items())} |")
-        gigpo = [r for r in results if r["env"] == env and r["method"] == "gigpo"]
+        gigpo = [r for r in results if r["env"] == env and r["method"] == "gigpo" and r["step_rows"]]
         if gigpo:
             hist: Counter = Counter()
             for r in gigpo:
@@ -558,6 +652,12 @@ def header(size: str, results: list[dict]) -> list[str]:
     seen = sorted({f"{r['machine']}, {r['threads']} torch threads per worker, torch {r['torch']}"
                    for r in results})
     lora = f", LoRA adapters of rank {p.lora_rank}" if p.lora_rank else ""
+    starts = {(st.get("warm_id"), st.get("machine")): st for st in (start_of(size, r) for r in results)}
+    several = ("" if len(starts) < 2 else
+               f" The runs come from {len(starts)} warm starts of the same recipe (retrained on each new "
+               "machine, other floating-point kernels give other weights), named by a hash of their weights: "
+               + "; ".join(f"{w or 'not recorded'} ({m or 'machine not recorded'})" for w, m in starts)
+               + ". Seeds pair methods across them where a seed's runs span machines.")
     return [f"# Credit-assignment shoot-out ({size} preset)", "",
             f"Machine: {'; '.join(seen)}. Runs finished {dates[0]} to {dates[-1]}; this file written "
             f"{time.strftime('%Y-%m-%d %H:%M')}.",
@@ -565,7 +665,8 @@ def header(size: str, results: list[dict]) -> list[str]:
             f"{p.max_new_tokens} new tokens per turn, lr {p.lr}{lora}; RL and held-out tasks ({filters}); "
             f"held-out success (greedy, one episode per task) on the first {p.eval_tasks} test tasks at "
             f"steps {', '.join(map(str, [0] + eval_steps(p)))}. Every run starts from {warm}; step 0 is its "
-            "evaluation, computed once. A seed gives every method the same training tasks at every step.", ""]
+            "evaluation, computed once per warm start. A seed gives every method the same training tasks at "
+            f"every step.{several}", ""]
 
 
 def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) -> None:
@@ -626,7 +727,7 @@ def write_report(size: str, results: list[dict], out_md: Path, out_png: Path) ->
         plot_horizon(size, by_horizon, methods, results, out_png.with_name(out_png.stem + "_curve.png"))
     out_md.write_text("\n".join(lines) + "\n")
     plot(size, envs, methods, results, out_png)
-    write_runs(size, results, out_md.with_name(out_md.stem + "_runs.json"))
+    write_runs(size, results, out_md.with_name(out_md.stem + "_runs.json"))  # = runs_path(out, size)
 
 
 def horizon_settings(envs: list[str]) -> dict[int, str]:
@@ -637,11 +738,8 @@ def horizon_settings(envs: list[str]) -> dict[int, str]:
 
 
 def horizon_rows(size: str, by_horizon: dict[int, str], methods: list[str], results: list[dict]) -> list[str]:
-    cells = []
-    for env in by_horizon.values():
-        path = env_dir(size, env) / "start_eval.json"
-        st = json.loads(path.read_text()) if path.exists() else None
-        cells.append("-" if st is None else f"{st['success']:.3f} [{st['ci_low']:.3f}, {st['ci_high']:.3f}]")
+    cells = [" / ".join(f"{st['success']:.3f} [{st['ci_low']:.3f}, {st['ci_high']:.3f}]"
+                        for st in starts_of(size, env, results)) or "-" for env in by_horizon.values()]
     lines = ["| *warm start (step 0)* | " + " | ".join(cells) + " |"]
     for m in methods:
         cells = []
@@ -666,13 +764,17 @@ def plot_horizon(size: str, by_horizon: dict[int, str], methods: list[str], resu
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
     horizons = list(by_horizon)
-    starts = [env_dir(size, e) / "start_eval.json" for e in by_horizon.values()]
-    if all(p.exists() for p in starts):
-        st = [json.loads(p.read_text()) for p in starts]
-        ax.errorbar(horizons, [s["success"] for s in st],
+    by_warm: dict = {}  # one grey line per warm start
+    for h, e in by_horizon.items():
+        for st in starts_of(size, e, results):
+            by_warm.setdefault(st.get("warm_id"), []).append((h, st))
+    for k, points in enumerate(by_warm.values()):
+        st = [s for _, s in points]
+        ax.errorbar([h for h, _ in points], [s["success"] for s in st],
                     yerr=[[s["success"] - s["ci_low"] for s in st],
                           [s["ci_high"] - s["success"] for s in st]],
-                    color="grey", ls="--", marker="s", capsize=3, label="warm start (step 0)")
+                    color="grey", ls="--", marker="s", capsize=3,
+                    label=None if k else f"warm start (step 0){'s' if len(by_warm) > 1 else ''}")
     for i, m in enumerate(methods):
         points = [(h, t_interval([r["final"] for r in by_seed(results, e, m).values()]),
                    len(by_seed(results, e, m))) for h, e in by_horizon.items() if by_seed(results, e, m)]
@@ -715,6 +817,9 @@ def critic_variant_lines(size: str, results: list[dict]) -> list[str]:
             "runs measure that older critic."]
 
 
+RUN_FIELDS = ("env", "method", "seed", "curve", "final", "outcomes", "mean_turns_success", "updates",
+              "steps_run", "seconds", "machine", "threads", "date", "equal_reward_groups", "train_tokens",
+              "nonzero_advantage_tokens", "step_group_sizes", "step_rows", "torch")
 TRAIN_KEYS = ("success", "reward", "turns", "equal_reward_groups", "skipped_groups", "advantage_std",
               "nonzero_advantage_tokens", "step_group_size_mean", "train_tokens")
 
@@ -726,13 +831,13 @@ def write_runs(size: str, results: list[dict], path: Path) -> None:
     rank = {m: k for k, m in enumerate(METHODS)}
     for r in sorted(results, key=lambda r: (r["env"], rank.get(r["method"], 99), r["seed"])):
         metrics_path = run_dir_of(size, r["env"], r["method"], r["seed"]) / "metrics.jsonl"
-        train_rows = [row for row in read_metrics(metrics_path.parent) if row["kind"] == "train"] \
-            if metrics_path.exists() else []
-        runs.append({k: r[k] for k in ("env", "method", "seed", "curve", "final", "outcomes",
-                                        "mean_turns_success", "updates", "steps_run", "seconds", "machine",
-                                        "threads", "date")}
-                    | {"train": [{"step": row["step"], **{k: row.get(k) for k in TRAIN_KEYS}}
-                                 for row in train_rows]})
+        if r.get("committed"):  # an earlier machine's run: its rows as committed
+            train = r.get("train") or []
+        else:
+            train_rows = [row for row in read_metrics(metrics_path.parent) if row["kind"] == "train"] \
+                if metrics_path.exists() else []
+            train = [{"step": row["step"], **{k: row.get(k) for k in TRAIN_KEYS}} for row in train_rows]
+        runs.append({k: r.get(k) for k in RUN_FIELDS} | {"start": start_of(size, r), "train": train})
     head = json.dumps({"preset": size, "budget": asdict(PRESETS[size])})[:-1]
     # a run a line
     path.write_text(head + ', "runs": [\n' + ",\n".join(json.dumps(run) for run in runs) + "\n]}\n")
@@ -796,6 +901,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(course_threads())
     interruptible()  # started with & from a script, SIGINT would be ignored: Ctrl+C keeps the checkpoint
     preset = PRESETS[args.size]
+    committed = committed_results(runs_path(args.out, args.size))  # runs finished on earlier machines
+    done_elsewhere = {run_key(r): r for r in committed}
     prepared = {}
     for env in [] if args.report else args.envs or preset.envs:
         prepared[env] = warm, start = prepare(args.size, env)
@@ -807,13 +914,19 @@ def main(argv: list[str] | None = None) -> dict:
     for seed in args.seeds if args.seeds is not None else preset.seeds:
         for env, (warm, start) in prepared.items():
             for method in args.methods or preset.methods:
+                local = run_dir_of(args.size, env, method, seed) / "result.json"
+                if (env, method, seed) in done_elsewhere and not local.exists():
+                    r = done_elsewhere[(env, method, seed)]
+                    print(f"{env:<10} {method:<8} seed {seed}: committed from {r['machine']} "
+                          f"(final success {r['final']:.3f})", flush=True)
+                    continue
                 r = run_one(args.size, env, method, seed, warm, start)
                 if r is None:
                     print(f"{env:<10} {method:<8} seed {seed}: another worker is running it", flush=True)
                     continue
                 print(f"{env:<10} {method:<8} seed {seed}: final success {r['final']:.3f} "
                       f"({r['seconds']:.0f} s)", flush=True)
-    results = finished_results(args.size)
+    results = finished_results(args.size, committed)
     suffix = "" if args.size == "cpu" else f"_{args.size}"
     out_md, out_png = args.out / f"credit_shootout{suffix}.md", args.out / f"credit_shootout{suffix}.png"
     if results:

@@ -198,3 +198,67 @@ def test_horizon_report(shootout, tmp_path):
     assert "| *warm start (step 0)* | 0.500 [0.300, 0.700] | 0.250 [0.050, 0.450] |" in table
     assert f"| outcome | {mean4:.3f} [{low4:.3f}, {high4:.3f}] (n=2) | 0.400 [" in table
     assert (tmp_path / "results" / "credit_shootout_horizon_curve.png").stat().st_size > 0
+
+
+def old_format_run(env: str, method: str, seed: int, curve: list, outcomes: list[int]) -> dict:
+    """One run of a `_runs.json` written before runs recorded their warm start (no totals, no start)."""
+    return {"env": env, "method": method, "seed": seed, "curve": curve, "final": curve[-1][1],
+            "outcomes": outcomes, "mean_turns_success": None, "updates": 1, "steps_run": 1, "seconds": 60.0,
+            "machine": "an earlier machine", "threads": 1, "date": "2026-12-05 22:00",
+            "train": [{"step": 1, "equal_reward_groups": 1, "train_tokens": 50,
+                       "nonzero_advantage_tokens": 0.5}]}
+
+
+def test_committed_runs_count_as_finished_and_keep_their_warm_start(shootout, tmp_path):
+    """A new machine has lost the run folders but not the committed results file: its runs are neither run
+    again nor dropped from the report; runs from this machine's warm start are told apart from them, and each
+    is compared with the warm start it started from."""
+    out = tmp_path / "results"
+    out.mkdir()
+    committed = [old_format_run("gridworld", m, 0, [[0, 0.5], [1, 1.0]], [1, 1])
+                 for m in ("outcome", "gigpo")]
+    (out / "credit_shootout_tiny_runs.json").write_text(json.dumps({"preset": "tiny", "runs": committed}))
+    env_dir = shootout.env_dir("tiny", "gridworld")
+    env_dir.mkdir(parents=True)
+    here = {"success": 0.0, "ci_low": 0.0, "ci_high": 0.66, "n": 2, "warm_start": "w", "warm_id": "abcd1234",
+            "machine": "this machine", "date": "2026-12-06 04:00", "mean_turns_success": None}
+    (env_dir / "start_eval.json").write_text(json.dumps(here))
+    for method, seed, final in (("outcome", 1, 0.5), ("gigpo", 1, 1.0)):
+        run_dir = shootout.run_dir_of("tiny", "gridworld", method, seed)
+        run_dir.mkdir(parents=True)
+        result = fake_result("gridworld", method, seed, [[0, 0.0], [1, final]], [1, int(final == 1.0)])
+        (run_dir / "result.json").write_text(json.dumps({**result, "start": here}))
+    report = shootout.main(["--size", "tiny", "--report", "--out", str(out)])
+    assert sorted((r["method"], r["seed"]) for r in report["results"]) == [
+        ("gigpo", 0), ("gigpo", 1), ("outcome", 0), ("outcome", 1)]
+    table = report["markdown"].read_text()
+    assert "| gridworld | *warm start not recorded (step 0, 2 runs)* | - | 0: 0.500 |" in table
+    assert "| gridworld | *warm start abcd1234 (step 0, 2 runs)* | - | 0: 0.000 |" in table
+    assert "| gridworld | outcome | 2 | 0: 0.250, 1: 0.750 | 0.750 |" in table
+    # against its own warm start: seed 0 gained 0.5 (from 0.5), seed 1 gained 0.5 (from 0.0)
+    assert "| gridworld | outcome - warm start | 2 | +0.500 |" in table
+    assert "2 warm starts of the same recipe" in table
+    assert "| gridworld | gigpo runs, all steps of 1 seeds | 4 |" in table  # the committed one has no groups
+    # the rewritten file keeps the committed runs, now with their start and totals
+    runs = {(r["method"], r["seed"]): r for r in json.loads((out / "credit_shootout_tiny_runs.json")
+                                                             .read_text())["runs"]}
+    old = runs[("outcome", 0)]
+    assert old["start"]["success"] == 0.5 and old["start"]["warm_id"] is None
+    assert old["train_tokens"] == 50 and old["train"][0]["train_tokens"] == 50
+    assert runs[("outcome", 1)]["start"]["warm_id"] == "abcd1234"
+    # reading the rewritten file again gives the same report (the start is kept, not recomputed)
+    again = shootout.main(["--size", "tiny", "--report", "--out", str(out)])
+    assert again["markdown"].read_text().split("\n")[3:] == table.split("\n")[3:]
+
+
+def test_a_committed_run_is_not_trained_again(shootout, tmp_path):
+    out = tmp_path / "results"
+    out.mkdir()
+    methods = shootout.PRESETS["tiny"].methods
+    committed = [old_format_run("gridworld", m, 0, [[0, 0.5], [1, 0.5]], [1, 0]) for m in methods]
+    (out / "credit_shootout_tiny_runs.json").write_text(json.dumps({"preset": "tiny", "runs": committed}))
+    result = shootout.main(["--size", "tiny", "--envs", "gridworld", "--seeds", "0", "--out", str(out)])
+    assert not list(shootout.preset_dir("tiny").glob("*/*/seed0/result.json"))
+    assert sorted(r["method"] for r in result["results"]) == sorted(methods)
+    # this machine's warm start is in the report beside the committed one, with no run yet
+    assert "(step 0, 0 runs)*" in result["markdown"].read_text()

@@ -474,22 +474,33 @@ def runs_path(out: Path, size: str) -> Path:
     return out / f"credit_shootout{'' if size == 'cpu' else '_' + size}_runs.json"
 
 
-def committed_results(path: Path) -> list[dict]:
+def committed_results(path: Path, budget: dict | None = None) -> list[dict]:
     """The runs in a `_runs.json` results file (the committed ones: what earlier machines finished, whose
     run folders are gone), as results. A file written before runs recorded their warm start gives each run
-    its curve's step 0, with the warm start's identity unknown, and sums its per-step rows for the totals."""
+    its curve's step 0, with the warm start's identity unknown, and sums its per-step rows for the totals.
+    Refuses a file whose budget is not `budget` (the preset changed since those runs)."""
     if not path.exists():
         return []
+    data = json.loads(path.read_text())
+    if budget is not None:
+        # a field the file lacks was added later, with a default that keeps what the runs did before
+        saved = {f.name: f.default for f in dataclasses.fields(Preset)} | data.get("budget", {})
+        changed = [k for k, v in json.loads(json.dumps(budget)).items()
+                   if json.loads(json.dumps(saved.get(k))) != v]
+        if changed:
+            raise SystemExit(f"{path} holds runs of another budget than the {data.get('preset')} preset's "
+                             f"now ({', '.join(changed)}): move it aside (or restore the preset) first")
     results = []
-    for run in json.loads(path.read_text())["runs"]:
+    for run in data["runs"]:
         train, n = run.get("train") or [], len(run.get("outcomes") or [])
         s0 = run["curve"][0][1]
         low, high = wilson_interval(round(s0 * n), n) if n else (math.nan, math.nan)
         results.append({
             "equal_reward_groups": sum(t.get("equal_reward_groups") or 0 for t in train),
             "train_tokens": sum(t.get("train_tokens") or 0 for t in train),
-            "nonzero_advantage_tokens": float(np.mean([t.get("nonzero_advantage_tokens") or 0.0
-                                                       for t in train] or [0.0])),
+            # None where the rows predate the count (the report prints "-")
+            "nonzero_advantage_tokens": None if not any("nonzero_advantage_tokens" in t for t in train)
+            else float(np.mean([t.get("nonzero_advantage_tokens") or 0.0 for t in train])),
             "step_group_sizes": {}, "step_rows": 0, "torch": "not recorded",
             "start": {"success": s0, "ci_low": low, "ci_high": high, "n": n, "mean_turns_success": None,
                       "warm_id": None, "machine": run.get("machine"), "date": None},
@@ -901,7 +912,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(course_threads())
     interruptible()  # started with & from a script, SIGINT would be ignored: Ctrl+C keeps the checkpoint
     preset = PRESETS[args.size]
-    committed = committed_results(runs_path(args.out, args.size))  # runs finished on earlier machines
+    # runs finished on earlier machines, with the same budget
+    committed = committed_results(runs_path(args.out, args.size), asdict(preset))
     done_elsewhere = {run_key(r): r for r in committed}
     prepared = {}
     for env in [] if args.report else args.envs or preset.envs:

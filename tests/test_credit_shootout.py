@@ -1,6 +1,7 @@
 """The shoot-out script: its tiny size end to end (one seed, one step per method), so it cannot rot; its
 paired statistics against scipy and hand-computed values; its report from partial results."""
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -217,7 +218,8 @@ def test_committed_runs_count_as_finished_and_keep_their_warm_start(shootout, tm
     out.mkdir()
     committed = [old_format_run("gridworld", m, 0, [[0, 0.5], [1, 1.0]], [1, 1])
                  for m in ("outcome", "gigpo")]
-    (out / "credit_shootout_tiny_runs.json").write_text(json.dumps({"preset": "tiny", "runs": committed}))
+    (out / "credit_shootout_tiny_runs.json").write_text(json.dumps(
+        {"preset": "tiny", "budget": dataclasses.asdict(shootout.PRESETS["tiny"]), "runs": committed}))
     env_dir = shootout.env_dir("tiny", "gridworld")
     env_dir.mkdir(parents=True)
     here = {"success": 0.0, "ci_low": 0.0, "ci_high": 0.66, "n": 2, "warm_start": "w", "warm_id": "abcd1234",
@@ -256,9 +258,20 @@ def test_a_committed_run_is_not_trained_again(shootout, tmp_path):
     out.mkdir()
     methods = shootout.PRESETS["tiny"].methods
     committed = [old_format_run("gridworld", m, 0, [[0, 0.5], [1, 0.5]], [1, 0]) for m in methods]
-    (out / "credit_shootout_tiny_runs.json").write_text(json.dumps({"preset": "tiny", "runs": committed}))
+    (out / "credit_shootout_tiny_runs.json").write_text(json.dumps(
+        {"preset": "tiny", "budget": dataclasses.asdict(shootout.PRESETS["tiny"]), "runs": committed}))
     result = shootout.main(["--size", "tiny", "--envs", "gridworld", "--seeds", "0", "--out", str(out)])
     assert not list(shootout.preset_dir("tiny").glob("*/*/seed0/result.json"))
     assert sorted(r["method"] for r in result["results"]) == sorted(methods)
     # this machine's warm start is in the report beside the committed one, with no run yet
     assert "(step 0, 0 runs)*" in result["markdown"].read_text()
+
+
+def test_committed_runs_of_another_budget_are_refused(shootout, tmp_path):
+    out = tmp_path / "results"
+    out.mkdir()
+    budget = {**dataclasses.asdict(shootout.PRESETS["tiny"]), "steps": 99}
+    (out / "credit_shootout_tiny_runs.json").write_text(json.dumps({"preset": "tiny", "budget": budget,
+                                                                    "runs": []}))
+    with pytest.raises(SystemExit, match="another budget"):
+        shootout.main(["--size", "tiny", "--report", "--out", str(out)])

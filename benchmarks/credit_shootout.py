@@ -757,7 +757,12 @@ def horizon_rows(size: str, by_horizon: dict[int, str], methods: list[str], resu
         for env in by_horizon.values():
             finals = [r["final"] for r in by_seed(results, env, m).values()]
             mean, low, high = t_interval(finals) if finals else (math.nan,) * 3
-            cells.append("-" if not finals else f"{mean:.3f} [{low:.3f}, {high:.3f}] (n={len(finals)})")
+            if not finals:
+                cells.append("-")
+            elif len(finals) == 1:  # one seed has no interval over seeds
+                cells.append(f"{mean:.3f} (n=1, no interval)")
+            else:
+                cells.append(f"{mean:.3f} [{low:.3f}, {high:.3f}] (n={len(finals)})")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return lines
 

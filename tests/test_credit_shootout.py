@@ -181,8 +181,8 @@ def test_long_horizon_settings_run_their_environment_with_its_limits(shootout, t
 
 def test_horizon_report(shootout, tmp_path):
     """With runs at two horizons the report adds the table of final success against the horizon, and its
-    plot."""
-    for h, start, finals in ((4, 0.5, [0.6, 0.8]), (8, 0.25, [0.3, 0.5])):
+    plot; a setting with one seed gives its mean without an interval."""
+    for h, start, finals in ((4, 0.5, [0.6, 0.8]), (8, 0.25, [0.3, 0.5]), (12, 0.1, [0.2])):
         env = f"gridworld_long-h{h}"
         shootout.env_dir("horizon", env).mkdir(parents=True)
         (shootout.env_dir("horizon", env) / "start_eval.json").write_text(json.dumps(
@@ -195,9 +195,10 @@ def test_horizon_report(shootout, tmp_path):
     out = shootout.main(["--size", "horizon", "--report", "--out", str(tmp_path / "results")])
     table = out["markdown"].read_text()
     mean4, low4, high4 = shootout.t_interval([0.6, 0.8])
-    assert "| method | h = 4 | h = 8 |" in table
-    assert "| *warm start (step 0)* | 0.500 [0.300, 0.700] | 0.250 [0.050, 0.450] |" in table
+    assert "| method | h = 4 | h = 8 | h = 12 |" in table
+    assert "| *warm start (step 0)* | 0.500 [0.300, 0.700] | 0.250 [0.050, 0.450] | 0.100 [" in table
     assert f"| outcome | {mean4:.3f} [{low4:.3f}, {high4:.3f}] (n=2) | 0.400 [" in table
+    assert "| 0.200 (n=1, no interval) |" in table
     assert (tmp_path / "results" / "credit_shootout_horizon_curve.png").stat().st_size > 0
 
 

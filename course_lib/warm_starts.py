@@ -162,4 +162,5 @@ def course_warm_start(env: str, **overrides: Any) -> Path:
 __all__ = ["WarmStartSizes", "WARM_START", "mixed_hop_tasks", "HACK_FRACTION", "hack_demo_tasks",
            "standard_warm_start_options", "code_fix_warm_start_options", "search_qa_warm_start_options",
            "gridworld_warm_start_options", "LONG_HORIZONS", "gridworld_long_warm_start_options", "CHAIN_HOPS",
-           "CHAIN_DEMOS_PER_HOP", "search_chain_warm_start_options", "warm_start_options", "course_warm_start"]
+           "CHAIN_DEMOS_PER_HOP", "search_chain_warm_start_options", "warm_start_options",
+           "course_warm_start"]

@@ -13,10 +13,12 @@ generations up; the answer needs k searches, each for the name the last one retu
 person's sentence names their teacher and never their students (the line can only be climbed).
 
 Names are an invented first name and an invented last name, made of shared pieces so that many look alike
-(Alda Morven, Alra Morvel, Alda Korven). Retrieval still works by construction: a person and their
-teacher share neither name, and no sentence pairs one person's first name with another's last name into
-a third person's name, so the only sentences holding both words of a name are that person's own and
-their students' (two at most): a search for a full name always shows its person's sentence in the top 3.
+(Alda Morven, Alra Morvel, Alda Korven). Retrieval still works by construction: no sentence pairs one
+person's first name with another's last name into a third person's name, so the only sentences holding
+both words of a name are that person's own and their students' (two at most), and a search for a full
+name shows its person's sentence in the top 3 (the tests check it for every chain). And a person shares
+neither name with anyone up their line, so that search never shows the sentence of anyone above them:
+k hops take exactly k searches.
 
 The split is by lineage: test questions climb only the `N_TEST_LINEAGES` held-out lineages, so no
 person of a test chain is in any train chain (the corpus is shared, as a search engine is). The
@@ -29,6 +31,8 @@ import itertools
 import random
 from pathlib import Path
 from typing import Any
+
+import bm25s
 
 from course_lib.envs.search_qa import CORPUS_FILE
 from course_lib.tasks.files import write_jsonl
@@ -106,7 +110,8 @@ def name_people(rng: random.Random, lineages: list[list[dict[str, Any]]]) -> Non
     search for a person's name never shows the sentence of anyone above them, and climbing k generations
     takes k searches.
     """
-    taken: set[str] = {"born", "studied", "under", "had", "teacher"}  # the sentences' own words
+    # the sentences' own words, and the words the index drops
+    taken = {"born", "studied", "under", "had", "teacher"} | set(bm25s.stopwords.STOPWORDS_EN)
     firsts = _words(rng, N_FIRST_NAMES, [_FIRST_STARTS, _FIRST_ENDS], taken)
     lasts = _words(rng, N_LAST_NAMES, [_LAST_STEMS, _LAST_MIDDLES, _LAST_ENDS], taken)
     cities = _words(rng, N_CITIES, [_CITY_STEMS, _CITY_ENDS], taken)

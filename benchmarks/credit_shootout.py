@@ -134,6 +134,17 @@ for _h in (4, 8, 12, 16):
         "env": "gridworld_long", "max_turns": 2 * _h, "max_context": 300 + 100 * 2 * _h + 64,
         "warm_filter": {"horizon": _h}, "course_overrides": {}, "rl_filter": {"horizon": _h},
         "turn_reward": "path_distance_turn_rewards"}
+# The second long-horizon family, search_chain at k = 2, 6 and 10 hops: the turn limit is the task's horizon,
+# k searches, the answer and one turn of slack; the context holds that many turns. Measured with SmolLM2's
+# tokenizer on the expert's episodes: a prompt of about 206 tokens and a full turn (a search of at most 33
+# tokens and three sentences back, about 76) of 76 to 112, so 160 a turn leaves room for a sampled action of
+# up to 64 tokens. The task filter is on hops (so these settings do not join gridworld's horizon table,
+# whose columns are shortest paths); the turn reward is the aligned chain-progress one.
+for _k in (2, 6, 10):
+    ENV_OPTIONS[f"search_chain-k{_k}"] = {
+        "env": "search_chain", "max_turns": _k + 2, "max_context": 300 + 160 * (_k + 2) + 64,
+        "warm_filter": {"hops": _k}, "course_overrides": {}, "rl_filter": {"hops": _k},
+        "turn_reward": "chain_progress_turn_rewards"}
 
 
 def env_of(setting: str) -> str:

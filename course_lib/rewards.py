@@ -52,6 +52,16 @@ process reward ±size for a move that brings the agent closer to the goal or tak
     line_distance_turn_rewards  distance = straight-line (Manhattan) distance. Misaligned: it pays walking
                                 straight at the goal into a dead end or a hole, and charges the detour.
 
+Two for search_chain, read from what the environment records in each turn's info (`envs.search_chain`),
+each adding a bonus to the process reward:
+
+    chain_progress_turn_rewards  +bonus for a turn that takes the chain depth (how many of the chain's
+                                sentences, from the start up, have been shown) deeper than ever before.
+                                Aligned: each hop earns it once.
+    novelty_turn_rewards        +bonus for a search that shows a document no earlier turn showed. Misaligned:
+                                a search for anyone at all shows new documents, so it pays exploring, not
+                                climbing.
+
 Pass one to training as `train(config, turn_reward_fn=evidence_turn_rewards)` with credit="turn", or with
 credit="turn_dense" to let the turn rewards alone train groups whose rollouts all failed (notebook 07).
 """
@@ -341,3 +351,45 @@ def line_distance_turn_rewards(trajectory: Trajectory, size: float = BONUS) -> l
     """r_t = process_reward(step_t) + size · sign(d(s_t) − d(s_{t+1})), d = |Δrow| + |Δcol| to the goal,
     blind to holes and walls."""
     return _distance_turn_rewards(trajectory, "line", size)
+
+
+# ----- turn-reward rules for search_chain -------------------------------------------------------------------
+
+
+def _chain_info(trajectory: Trajectory, key: str) -> list:
+    """info[key] of every turn; an error that says which turn lacks it (the rules read search_chain only)."""
+    values = []
+    for step in trajectory.steps:
+        if key not in step.info:
+            raise ValueError(f"turn {step.info.get('turn', '?')} of {trajectory.traj_id!r} has no "
+                             f"info[{key!r}]: the search_chain rules read search_chain trajectories only")
+        values.append(step.info[key])
+    return values
+
+
+def chain_progress_turn_rewards(trajectory: Trajectory, bonus: float = BONUS) -> list[float]:
+    """r_t = process_reward(step_t) + bonus if d_t > max(d_0, ..., d_{t−1}), else process_reward(step_t),
+    where d_t is the chain depth after turn t (`info["chain_depth"]`, d before the first turn = 0): how many
+    of the chain's sentences, from the start person up, have been shown.
+
+    Aligned: every hop of the chain earns it once, on the search that first shows the sentence naming the
+    next teacher; a search off the chain, or one repeated, earns nothing."""
+    deepest, rewards = 0, []
+    for step, depth in zip(trajectory.steps, _chain_info(trajectory, "chain_depth")):
+        rewards.append(process_reward(step) + (bonus if depth > deepest else 0.0))
+        deepest = max(deepest, depth)
+    return rewards
+
+
+def novelty_turn_rewards(trajectory: Trajectory, bonus: float = BONUS) -> list[float]:
+    """r_t = process_reward(step_t) + bonus if turn t's search showed a document that no earlier turn showed
+    (`info["docs_shown"]` ⊄ ∪_{s<t} docs_shown_s), else process_reward(step_t).
+
+    Only looks aligned: climbing the chain does show new sentences, but so does a search for anyone at all,
+    so it pays exploring anything, not progress along the line of teachers."""
+    seen: set[str] = set()
+    rewards = []
+    for step, shown in zip(trajectory.steps, _chain_info(trajectory, "docs_shown")):
+        rewards.append(process_reward(step) + (bonus if set(shown) - seen else 0.0))
+        seen |= set(shown)
+    return rewards

@@ -122,6 +122,27 @@ def gridworld_long_warm_start_options(fast: bool, seed: int = 0) -> dict[str, An
             "tasks": tasks}
 
 
+CHAIN_HOPS = (2, 6, 10)  # the search_chain hops its warm start demonstrates (and RL runs on)
+CHAIN_DEMOS_PER_HOP = 80
+
+
+def search_chain_warm_start_options(fast: bool, seed: int = 0) -> dict[str, Any]:
+    """search_chain's warm start, on gridworld_long's pattern: the expert's climbs of 80 training questions of
+    each of 2, 6 and 10 hops, shuffled (240 demonstrations, two passes in 60 steps of 8 at lr 1e-4; turn
+    limit 12, so the 10-hop climbs and their answer fit). Not yet measured on the model: how far imitation
+    gets, and so how much room RL has, is open. Fast mode: a tiny one on 2-hop questions (CI)."""
+    if fast:
+        return {"n_demos": 4, "steps": 2, "batch_size": 2, "lr": 1e-4, "seed": seed, "max_turns": 4,
+                "task_filter": {"hops": 2}}
+    rng = random.Random(seed)
+    train = load_tasks("search_chain", "train")
+    tasks = [t for hops in CHAIN_HOPS for t in rng.sample([t for t in train if t["hops"] == hops],
+                                                          CHAIN_DEMOS_PER_HOP)]
+    rng.shuffle(tasks)
+    return {"n_demos": len(tasks), "steps": 60, "batch_size": 8, "lr": 1e-4, "seed": seed,
+            "max_turns": max(CHAIN_HOPS) + 2, "tasks": tasks}
+
+
 def warm_start_options(env: str, fast: bool | None = None, seed: int = 0) -> dict[str, Any]:
     """The options of `env`'s warm start: the recipe its table entry names, else the standard one.
     `fast` defaults to `fast_mode()`."""
@@ -140,5 +161,6 @@ def course_warm_start(env: str, **overrides: Any) -> Path:
 
 __all__ = ["WarmStartSizes", "WARM_START", "mixed_hop_tasks", "HACK_FRACTION", "hack_demo_tasks",
            "standard_warm_start_options", "code_fix_warm_start_options", "search_qa_warm_start_options",
-           "gridworld_warm_start_options", "LONG_HORIZONS", "gridworld_long_warm_start_options",
-           "warm_start_options", "course_warm_start"]
+           "gridworld_warm_start_options", "LONG_HORIZONS", "gridworld_long_warm_start_options", "CHAIN_HOPS",
+           "CHAIN_DEMOS_PER_HOP", "search_chain_warm_start_options", "warm_start_options",
+           "course_warm_start"]

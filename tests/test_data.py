@@ -16,7 +16,7 @@ from course_lib import tasks
 from course_lib.envs import data_dir, load_tasks
 
 # the generators that run in a second or two
-QUICK = ["lookup", "search_qa", "summarize", "gridworld", "gridworld_long"]
+QUICK = ["lookup", "search_qa", "summarize", "gridworld", "gridworld_long", "search_chain"]
 ENVS_DIR = Path(tasks.__file__).resolve().parents[1] / "envs"
 
 

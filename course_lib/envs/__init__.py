@@ -69,6 +69,10 @@ ENVIRONMENTS: dict[str, EnvSpec] = {
                               "gridworld_long", "walk walled maps seen through a 5x5 window: shortest paths "
                               "of 4 to 24 moves (task field horizon), turn limits of 8 to 48",
                               warm_start="course_lib.warm_starts:gridworld_long_warm_start_options"),
+    "search_chain": EnvSpec("course_lib.envs.search_chain:SearchChainEnv", "course_lib.tasks.search_chain",
+                            "search_chain", "climb an invented line of teachers 2 to 12 generations, one "
+                            "search a hop (task fields hops and horizon = hops + 2, the turn limit)",
+                            warm_start="course_lib.warm_starts:search_chain_warm_start_options"),
 }
 
 

@@ -80,7 +80,7 @@ def load_index(corpus_path: Path | None = None) -> SearchIndex:
     path = Path(corpus_path or default_corpus_path()).resolve()
     if not path.exists():
         raise FileNotFoundError(f"{path} not found; generate it with `python -m "
-                                "course_lib.tasks --only search_qa`")
+                                f"course_lib.tasks --only {path.parent.name}`")
     stat = path.stat()
     version = (stat.st_mtime_ns, stat.st_size)
     if path not in _INDEXES or _INDEXES[path][0] != version:
@@ -89,9 +89,11 @@ def load_index(corpus_path: Path | None = None) -> SearchIndex:
     return _INDEXES[path][1]
 
 
-def render_results(query: str, docs: list[dict[str, Any]]) -> str:
+def render_results(query: str, docs: list[dict[str, Any]],
+                   hint: str = "Search for the name of a person, a city or an organisation.") -> str:
+    """The search results as numbered lines, or a line that says there were none and what to search for."""
     if not docs:
-        return f"No results for {quoted(query)}. Search for the name of a person, a city or an organisation."
+        return f"No results for {quoted(query)}. {hint}"
     return "\n".join(f"{i}. {d['text']}" for i, d in enumerate(docs, 1))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from course_lib.models import autocast_context
+from course_lib.models import autocast_context, bf16_is_fast
 from course_lib.trajectory import Trajectory
 
 
@@ -126,5 +126,6 @@ def micro_batch_loss(loss_type: str, rows: int, total_rows: int) -> tuple[str, f
 
 
 def use_bf16(flag: bool | None, device: torch.device) -> bool:
-    """bf16 autocast for the training forward: `flag`, or (None) on for a CPU, the model's choice on a GPU."""
-    return device.type == "cpu" if flag is None else flag
+    """bf16 autocast for the training forward: `flag`, or (None) on for a CPU with bf16 matrix units
+    (`models.bf16_is_fast`; fp32 on one without), the model's choice on a GPU."""
+    return (device.type == "cpu" and bf16_is_fast(device)) if flag is None else flag

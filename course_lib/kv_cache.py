@@ -24,6 +24,7 @@ the cache (`RoomyLayer`) instead of concatenating, which copies the whole cache 
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,7 +33,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from course_lib import lora
-from course_lib.models import autocast_context, end_of_turn_id, sample_next
+from course_lib.models import autocast_context, bf16_is_fast, end_of_turn_id, sample_next
 from course_lib.protocol import completes_stop_string
 
 
@@ -64,8 +65,17 @@ def sampling_copy(model, sample_dtype: str = "float32"):
     `model` keeps the fp32 master weights that the optimizer updates. The copy costs 2 bytes per weight
     (269 MB for the embedded model); `synced` makes it equal to the master weights, rounded to bf16, again
     before each rollout. A model with LoRA adapters gets a merged copy (`lora.merged_copy`) in either
-    dtype."""
+    dtype.
+
+    On a device without bf16 matrix units (`models.bf16_is_fast`: a CPU with AVX2 only, say) a bf16 decode
+    step is slower, not faster, so "bfloat16" samples from fp32 weights there, with a warning."""
     check_sample_dtype(sample_dtype)
+    device = next(model.parameters()).device
+    if sample_dtype == "bfloat16" and not bf16_is_fast(device):
+        warnings.warn(f"this {device.type} has no bf16 matrix units (AVX512-BF16 or AMX on x86): rollouts "
+                      "sample from the fp32 weights instead of a bf16 copy (COURSE_BF16=1 forces the copy)",
+                      stacklevel=2)
+        sample_dtype = "float32"
     if lora.is_adapted(model):  # a merged copy in either dtype: decode steps do not pay for the adapters
         return lora.merged_copy(model, getattr(torch, sample_dtype))
     if sample_dtype == "float32":

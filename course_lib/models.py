@@ -81,6 +81,33 @@ def pick_dtype(device: torch.device,
     return torch.float32, None
 
 
+def bf16_is_fast(device: torch.device) -> bool:
+    """Whether `device` multiplies bf16 matrices in hardware, so that bf16 autocast and a bf16 sampler pay.
+
+    * CUDA: bf16 units (Ampere and newer; not a T4, which emulates them).
+    * x86 CPU: AVX512-BF16 or AMX instructions. Without them torch falls back to a generic kernel: on the
+      2-core AMD EPYC with AVX2 only (2026-12-06) a 1,024² bf16 matmul ran at 1.0 GFLOP/s against fp32's
+      158, so a bf16 run there is over 100x slower, not faster.
+    * Arm CPU: oneDNN's own answer (the BF16 extension).
+    $COURSE_BF16=1 or 0 overrides the answer (tests of the bf16 paths, or a machine this check misjudges).
+    """
+    forced = os.environ.get("COURSE_BF16")
+    if forced is not None:
+        if forced not in ("0", "1"):
+            raise ValueError(f"COURSE_BF16 must be 0 or 1, got {forced!r}")
+        return forced == "1"
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    if device.type != "cpu":
+        return False
+    try:
+        if torch.cpu._is_avx2_supported() or torch.cpu._is_avx512_supported():  # x86
+            return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without these probes: do not guess
+        return False
+
+
 def autocast_context(device: torch.device, autocast_dtype: torch.dtype | None):
     """`torch.autocast` for the chosen dtype, or a no-op context."""
     if autocast_dtype is None:

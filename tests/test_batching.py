@@ -178,7 +178,11 @@ def test_token_averaged_losses_divide_by_the_whole_batch_themselves(loss_type):
     assert micro_batch_loss(loss_type, 2, 8) == ("dapo", 1.0)
 
 
-def test_use_bf16_follows_the_flag_else_the_device():
-    assert use_bf16(None, torch.device("cpu")) is True
+def test_use_bf16_follows_the_flag_else_the_device(monkeypatch):
+    """None: on for a CPU with bf16 matrix units (COURSE_BF16 stands in for the hardware), off for one
+    without (fp32 there: bf16 matmuls without the units are 100x slower), the model's choice on a GPU."""
+    for forced, expected in (("1", True), ("0", False)):
+        monkeypatch.setenv("COURSE_BF16", forced)
+        assert use_bf16(None, torch.device("cpu")) is expected
     assert use_bf16(None, torch.device("cuda")) is False
     assert use_bf16(False, torch.device("cpu")) is False and use_bf16(True, torch.device("cuda")) is True

@@ -32,6 +32,7 @@ from course_lib.judge.warm_start import (
     labelled_groups,
     task_reference,
     train_judge,
+    training_dtype,
 )
 from course_lib.rollout import expert_rollout
 from course_lib.trajectory import Trajectory
@@ -151,7 +152,7 @@ def test_training_cuts_prompts_as_the_judge_scores_and_skips_a_rejected_one():
     over the limit (rejected: skipped, counted); the update is still taken, on the two readings left."""
     default = inspect.signature(LocalJudge).parameters["max_prompt_tokens"].default
     assert inspect.signature(train_judge).parameters["max_prompt_tokens"].default == default
-    judge = LocalJudge(dtype="bf16-autocast", max_prompt_tokens=400)
+    judge = LocalJudge(dtype=training_dtype(on_cpu=True), max_prompt_tokens=400)
     short, long = ([Trajectory("t", "g", f"g#{k}",
                                [{"role": "system", "content": "s"},
                                 {"role": "user", "content": "Where does Ada live?"},
@@ -205,7 +206,7 @@ def test_training_moves_forced_scores_toward_the_labels_and_resumes_after_ctrl_c
     further above the failures than the base judge did, ranking every pair right."""
     import course_lib.judge.warm_start as jws
 
-    base = LocalJudge(dtype="bf16-autocast")
+    base = LocalJudge(dtype=training_dtype(on_cpu=True))
     groups = _answer_groups(base.tokenizer)
     before, _ = _margin(base, groups)
     del base

@@ -106,7 +106,8 @@ def _bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def test_a_bf16_sampling_copy_equals_the_master_weights_rounded_after_an_update():
+def test_a_bf16_sampling_copy_equals_the_master_weights_rounded_after_an_update(monkeypatch):
+    monkeypatch.setenv("COURSE_BF16", "1")  # the copy is made on any CPU, with bf16 units or without
     # its own copy: this test changes its weights
     model, tok = load_policy("smollm2-135m", device=TEST_DEVICE)
     assert kv_cache.sampling_copy(model, "float32") is model and kv_cache.synced(None, model) is model
@@ -133,10 +134,11 @@ def test_a_bf16_sampling_copy_equals_the_master_weights_rounded_after_an_update(
         kv_cache.sampling_copy(model, "float16")
 
 
-def test_with_a_bf16_sampler_the_ratio_never_reads_the_samplers_log_probs(tmp_path):
+def test_with_a_bf16_sampler_the_ratio_never_reads_the_samplers_log_probs(tmp_path, monkeypatch):
     """An RL step whose rollouts a bf16 copy samples, two PPO epochs: ℓ_old is the fp32 trainer's own
     first-epoch ℓ (ratio exactly 1 in that epoch), and the metrics report how far the sampler's log-probs
     were from it."""
+    monkeypatch.setenv("COURSE_BF16", "1")
     model, tok = load_policy("smollm2-135m", device=TEST_DEVICE)  # its own copy: the step updates it
     config = TrainConfig(env="lookup", run_dir=str(tmp_path), tasks_per_step=1, group_size=2, progress=False,
                          rollout=dict(max_turns=1, max_new_tokens=6, sample_dtype="bfloat16"),
@@ -152,3 +154,12 @@ def test_with_a_bf16_sampler_the_ratio_never_reads_the_samplers_log_probs(tmp_pa
     assert 1e-3 < row["sampler_logprob_gap"] < 1.0, row
     assert all(torch.equal(s, m.detach().to(torch.bfloat16))  # refreshed before the next rollout
                for s, m in zip(kv_cache.synced(sampler, model).parameters(), model.parameters()))
+
+
+def test_without_bf16_units_a_bf16_sampler_samples_from_the_fp32_weights(monkeypatch, policy):
+    """On a CPU without bf16 matrix units (AVX2 only: bf16 matmuls 100x slower than fp32) "bfloat16" gives
+    no copy and says so."""
+    model, _ = policy
+    monkeypatch.setenv("COURSE_BF16", "0")
+    with pytest.warns(UserWarning, match="no bf16 matrix units"):
+        assert kv_cache.sampling_copy(model, "bfloat16") is model

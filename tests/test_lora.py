@@ -34,7 +34,8 @@ def _moved_adapters(rank: int = 4):
     return adapted
 
 
-def test_the_merged_copy_is_the_adapted_model_and_follows_its_updates():
+def test_the_merged_copy_is_the_adapted_model_and_follows_its_updates(monkeypatch):
+    monkeypatch.setenv("COURSE_BF16", "1")  # a bf16 copy on any CPU
     adapted = _moved_adapters()
     adapters = sum(p.numel() for n, p in adapted.named_parameters() if "lora_" in n)
     assert lora.trainable_count(adapted) == adapters

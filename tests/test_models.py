@@ -8,6 +8,7 @@ import torch
 
 from course_lib.models import (
     EMBEDDED,
+    bf16_is_fast,
     course_threads,
     embedded_checkpoint,
     load_policy,
@@ -104,3 +105,19 @@ def test_sample_next_is_greedy_at_temperature_zero_and_returns_the_tokens_log_pr
     generator = torch.Generator().manual_seed(0)
     tokens, logprobs = sample_next(logits, 0.5, generator)
     assert torch.allclose(logprobs, torch.log_softmax(logits / 0.5, -1).gather(1, tokens[:, None]).squeeze(1))
+
+
+def test_bf16_is_fast_reads_the_hardware_unless_told(monkeypatch):
+    """COURSE_BF16 overrides the hardware check both ways and must be 0 or 1; without it the answer on this
+    machine's CPU is torch's own reading of its instructions (AVX512-BF16 or AMX on x86)."""
+    cpu = torch.device("cpu")
+    monkeypatch.delenv("COURSE_BF16", raising=False)
+    if torch.cpu._is_avx2_supported():
+        units = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        assert bf16_is_fast(cpu) == units
+    for forced, expected in (("1", True), ("0", False)):
+        monkeypatch.setenv("COURSE_BF16", forced)
+        assert bf16_is_fast(cpu) is expected
+    monkeypatch.setenv("COURSE_BF16", "yes")
+    with pytest.raises(ValueError, match="COURSE_BF16 must be 0 or 1"):
+        bf16_is_fast(cpu)

@@ -22,7 +22,7 @@ from conftest import TEST_DEVICE, make_trajectory
 
 from course_lib import wilson_interval
 from course_lib.__main__ import _add_config_options, _config_from
-from course_lib.batching import collate, loss_scale, pack_by_length
+from course_lib.batching import collate, loss_scale, pack_by_length, use_bf16
 from course_lib.checkpoint import find_checkpoint, read_metrics, save_checkpoint
 from course_lib.envs import load_tasks
 from course_lib.envs.bwrap import bwrap_available
@@ -79,7 +79,8 @@ def test_sft_step_reduces_masked_loss():
     before = masked_loss()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for _ in range(2):
-        stats = sft_step(model, optimizer, demos, mask="assistant", autocast_dtype=torch.bfloat16)
+        stats = sft_step(model, optimizer, demos, mask="assistant",  # the warm start's dtype on this device
+                         autocast_dtype=torch.bfloat16 if use_bf16(None, model.device) else None)
     after = masked_loss()
     assert stats["tokens"] == sum(d.num_model_tokens for d in demos)  # only the model's tokens are trained on
     assert after < before - 0.1, (before, after)

@@ -65,6 +65,7 @@ from course_lib.judge.backends import LocalJudge
 from course_lib.judge.errors import JudgeRequestRejected
 from course_lib.judge.prompts import DEFAULT_RUBRIC, SCORES_HEADER, forced_group_prompt, score_line
 from course_lib.judge.scoring import group_layout
+from course_lib.models import bf16_is_fast
 from course_lib.trajectory import Trajectory
 
 TRAIN_ENVS = tuple(name for name, spec in ENVIRONMENTS.items() if spec.teaches_judge)  # search_qa, gridworld
@@ -392,6 +393,12 @@ def warmup_lr(step: int, steps: int, lr: float) -> float:
     return lr * min(1.0, step / max(1, steps // 10))
 
 
+def training_dtype(on_cpu: bool) -> str | None:
+    """The judge's dtype while it trains: bf16 autocast on a CPU with bf16 matrix units
+    (`models.bf16_is_fast`), else the model's own choice (fp32 on a CPU without them)."""
+    return "bf16-autocast" if on_cpu and bf16_is_fast(torch.device("cpu")) else None
+
+
 def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: JudgeWarmStartSizes, *,
                 base: str = "smollm2-135m", seed: int = 0, rubric: str = DEFAULT_RUBRIC,
                 device: str | None = None, save_every: int = 8, max_prompt_tokens: int = JUDGE_PROMPT_TOKENS,
@@ -417,7 +424,7 @@ def train_judge(run_dir: str | Path, groups: list[list[Trajectory]], sizes: Judg
     checkpoint = find_checkpoint(run_dir)
     on_cpu = (device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu"
     judge = LocalJudge(str(checkpoint / "model") if checkpoint else base, device=device,
-                       dtype="bf16-autocast" if on_cpu else None, max_prompt_tokens=max_prompt_tokens)
+                       dtype=training_dtype(on_cpu), max_prompt_tokens=max_prompt_tokens)
     optimizer = torch.optim.AdamW(judge.model.parameters(), lr=sizes.lr, weight_decay=0.0)
     torch.manual_seed(seed)
     start = 0

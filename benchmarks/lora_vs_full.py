@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from course_lib import decode_attention, kv_cache, runs_dir
+from course_lib import batching, decode_attention, kv_cache, runs_dir
 from course_lib.checkpoint import interruptible, read_metrics
 from course_lib.models import course_threads
 from course_lib.train.config import TrainConfig
@@ -43,7 +43,8 @@ from course_lib.train.loop import train
 from course_lib.warm_starts import course_warm_start
 
 # An arm: its OptimConfig and RolloutConfig fields over notebook 05's recipe, and the engine's switches
-# (`engine`: kv_cache.PREALLOCATE and whether load_policy installs decode_attention; both on by default).
+# (`engine`: kv_cache.PREALLOCATE, whether load_policy installs decode_attention, batching.SHARE_PREFIX;
+# all on by default).
 ARMS = {"full": {"optim": dict(lr=2e-5)},
         "lora": {"optim": dict(lr=2e-4, lora_rank=16, lora_alpha=32.0)}}
 ROLLOUT = dict(max_turns=4, max_new_tokens=40, sample_dtype="bfloat16")  # both LoRA arms sample in bf16
@@ -58,15 +59,17 @@ def _config(arm: dict, seed: int, steps: int, args, run_dir: Path, checkpoint: P
 
 
 @contextlib.contextmanager
-def engine(preallocate: bool = True, decode_attention_on: bool = True):
-    """The rollout engine's switches for one arm, put back afterwards: the preallocated cache, and the grouped
-    decode attention that `load_policy` installs (off: transformers' SDPA for decode steps too)."""
-    saved = kv_cache.PREALLOCATE, decode_attention.ENABLED
-    kv_cache.PREALLOCATE, decode_attention.ENABLED = preallocate, decode_attention_on
+def engine(preallocate: bool = True, decode_attention_on: bool = True, share_prefix: bool = True):
+    """The engine's switches for one arm, put back afterwards: the preallocated cache, the grouped decode
+    attention that `load_policy` installs (off: transformers' SDPA for decode steps too), and the update's
+    shared start (`batching.SHARE_PREFIX`; off: every row runs whole)."""
+    saved = kv_cache.PREALLOCATE, decode_attention.ENABLED, batching.SHARE_PREFIX
+    kv_cache.PREALLOCATE, decode_attention.ENABLED, batching.SHARE_PREFIX = (preallocate, decode_attention_on,
+                                                                             share_prefix)
     try:
         yield
     finally:
-        kv_cache.PREALLOCATE, decode_attention.ENABLED = saved
+        kv_cache.PREALLOCATE, decode_attention.ENABLED, batching.SHARE_PREFIX = saved
 
 
 def _step_seconds(row: dict) -> float:

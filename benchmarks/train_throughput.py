@@ -14,6 +14,7 @@ block's linear products run alone (forward, input gradient, weight gradient) at 
 
     python benchmarks/train_throughput.py [--demos 24] [--token-budget 2048] [--threads 2] [--device cuda]
     python benchmarks/train_throughput.py --lora 16 --repeats 5   # full fine-tuning against LoRA adapters
+    python benchmarks/train_throughput.py --shared-prefix --repeats 3  # the shared start, on and off
 
 `--lora RANK` instead times the bf16-autocast update of full fine-tuning and of LoRA adapters of that rank
 (`course_lib.lora`, every projection) on the same batch, alternating (full, LoRA, full, ...) after one
@@ -31,7 +32,8 @@ import time
 
 import torch
 
-from course_lib import lora
+from course_lib import batching, lora
+from course_lib.batching import use_bf16
 from course_lib.envs import load_tasks
 from course_lib.models import load_policy
 from course_lib.rollout import expert_rollout
@@ -146,6 +148,36 @@ def compare_lora(demos, rank: int, *, token_budget: int, repeats: int, device: t
     print(f"LoRA / full, median update time: {adapted / full:.2f}x")
 
 
+def compare_shared_prefix(demos, *, token_budget: int, repeats: int, device: torch.device) -> None:
+    """Seconds of one update with each micro-batch's common start run once (`batching.SHARE_PREFIX`) and
+    with every row run whole, alternating, in the dtype the trainer picks on this device (`use_bf16`)."""
+    bf16 = use_bf16(None, device)
+    config = TrainConfig(optim=dict(token_budget=token_budget, bf16_autocast=bf16, lr=1e-7))
+    autocast_dtype = torch.bfloat16 if bf16 else None
+    advantages = random_advantages(demos)
+    model = load_policy("smollm2-135m", device=str(device), dtype="float32")[0]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7)
+    shared = [batching.shared_prefix_length(b["input_ids"], b["attention_mask"])
+              for b in (batching.collate([demos[i] for i in rows])
+                        for rows in batching.pack_by_length([len(d.token_ids) for d in demos], token_budget))]
+    print(f"{'bf16 autocast' if bf16 else 'fp32'}; micro-batches' shared starts (tokens): {shared}")
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(repeats + 1):  # the first round warms up (allocations, AdamW state)
+        for share in (False, True):
+            batching.SHARE_PREFIX = share
+            _sync(device)
+            r = update(model, None, optimizer, demos, advantages, config, 0, device=device,
+                       autocast_dtype=autocast_dtype)
+            if i:
+                seconds[share].append(r["seconds_update"])
+    batching.SHARE_PREFIX = True
+    for share, label in ((False, "rows whole"), (True, "start shared")):
+        print(f"{label:<13} seconds per update: " + ", ".join(f"{s:.2f}" for s in seconds[share])
+              + f" (median {statistics.median(seconds[share]):.2f})")
+    ratio = statistics.median(seconds[True]) / statistics.median(seconds[False])
+    print(f"start shared / rows whole, median update time: {ratio:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--demos", type=int, default=24, help="demonstrations in the batch")
@@ -153,6 +185,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="timed updates per dtype (after one warm-up)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--shared-prefix", action="store_true",
+                        help="only compare the update with each micro-batch's common start run once, and not")
     parser.add_argument("--lora", type=int, default=0,
                         help="only compare full fine-tuning with LoRA adapters of this rank")
     args = parser.parse_args()
@@ -171,6 +205,9 @@ def main() -> None:
           f"{sum(lengths)} tokens (lengths {min(lengths)}-{max(lengths)}, {scored} of them model tokens); "
           f"token budget {args.token_budget}; "
           f"{torch.cuda.get_device_name(0) if device.type == 'cuda' else f'{args.threads} threads'}")
+    if args.shared_prefix:
+        compare_shared_prefix(demos, token_budget=args.token_budget, repeats=args.repeats, device=device)
+        return
     if args.lora:
         compare_lora(demos, args.lora, token_budget=args.token_budget, repeats=args.repeats, device=device)
         return

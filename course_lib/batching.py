@@ -3,7 +3,8 @@
     pack_by_length   micro-batches of similar lengths under a token budget
     collate          right-padded tensors [B, T] of a micro-batch
     forward_logprobs log π of the sampled tokens only (the output layer runs where loss_mask = 1)
-    hidden_states    the decoder's last hidden state (what the value head reads)
+    hidden_states    the decoder's last hidden state (what the value head reads); a start all rows share
+                     runs once
     loss_scale       the static loss scale of fp16 autocast, and `unscale_gradients`
 
 This module knows trajectories' token lists and the model; it knows nothing of advantages, credit
@@ -57,10 +58,46 @@ def collate(trajectories: list[Trajectory], token_advantages: list[torch.Tensor]
     return batch
 
 
+# True: rows that start alike run their common start once (`hidden_states`); False: every row runs whole
+# (the update before 2026-12-06, kept for benchmarks/engine_then_now.py and the tests that compare the two).
+SHARE_PREFIX = True
+
+
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> int:
+    """p: how many leading tokens every row of a right-padded micro-batch has in common (the system prompt
+    all episodes of an environment share; a group's task too when only its rollouts are in the batch),
+    at most the shortest row's length − 1, so that every row keeps at least one token of its own.
+    0 for a single row."""
+    if input_ids.shape[0] < 2:
+        return 0
+    same = (input_ids == input_ids[:1]).all(dim=0).long()
+    return max(0, min(int(same.cumprod(0).sum()), int(attention_mask.sum(1).min()) - 1))
+
+
 def hidden_states(model, batch: dict, device) -> torch.Tensor:
-    """The decoder's last hidden state [B, T, H] (the model without its output layer)."""
-    return model.get_decoder()(input_ids=batch["input_ids"].to(device),
-                               attention_mask=batch["attention_mask"].to(device)).last_hidden_state
+    """The decoder's last hidden state [B, T, H] (the model without its output layer).
+
+    Causal attention at position t reads tokens ≤ t only, so rows that start with the same p tokens have
+    the same hidden states and the same keys and values there. Those p tokens run once, as one row, and
+    the rest of every row attends to their keys and values (`shared_prefix_length`):
+
+        H[:, :p] = decoder(x[0, :p])                 one row; its keys and values kept
+        H[:, p:] = decoder(x[:, p:] | K, V of x[:p])  every row, after the shared start
+
+    The hidden states are the same, and so are the gradients: the shared start's gradient is the sum over
+    the rows, as when each row carried its own copy. In search_qa the system prompt every episode starts
+    with is about half of the tokens, so half of the tokens go through the model once instead of B times.
+    """
+    ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+    decoder = model.get_decoder()
+    p = shared_prefix_length(ids, mask) if SHARE_PREFIX else 0
+    if p == 0:
+        return decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+    head = decoder(input_ids=ids[:1, :p], use_cache=True)
+    cache = head.cache
+    cache.batch_repeat_interleave(ids.shape[0])  # a view per row would do; the copy is small (K/V only)
+    tail = decoder(input_ids=ids[:, p:], attention_mask=mask, cache=cache, use_cache=False).last_hidden_state
+    return torch.cat([head.last_hidden_state.expand(ids.shape[0], -1, -1), tail], dim=1)
 
 
 def forward_logprobs(model, batch: dict, device, autocast_dtype, temperature: float,

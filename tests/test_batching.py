@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import logprob_atol, make_trajectory
 
+from course_lib import batching
 from course_lib.batching import (
     collate,
     entropy,
@@ -20,6 +21,7 @@ from course_lib.batching import (
     micro_batch_loss,
     pack_by_length,
     pad,
+    shared_prefix_length,
     unscale_gradients,
     use_bf16,
 )
@@ -132,6 +134,39 @@ def test_forward_logprobs_returns_the_hidden_states_the_value_head_reads(policy,
     with torch.no_grad():
         from_hidden = model.get_output_embeddings()(plain)
     torch.testing.assert_close(from_hidden[real], logits[real], atol=1e-3, rtol=0)
+
+
+def test_shared_prefix_length_counts_the_common_start_and_leaves_every_row_a_token():
+    ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 1, 0], [5, 6, 7, 8, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 1, 0]])
+    assert shared_prefix_length(ids, mask) == 3
+    assert shared_prefix_length(ids[[0, 2]], mask[[0, 2]]) == 3  # row 2 has 4 tokens: one stays its own
+    assert shared_prefix_length(ids[:1], mask[:1]) == 0  # one row: nothing to share
+    assert shared_prefix_length(torch.tensor([[1, 2], [3, 4]]), torch.ones(2, 2, dtype=torch.long)) == 0
+
+
+def test_the_shared_start_gives_the_hidden_states_and_gradients_of_whole_rows(policy, tokenizer, monkeypatch):
+    """search_qa demonstrations of different questions start with the same system prompt (about half their
+    tokens). Run once for all rows, it gives the hidden states, the log-probs and the weight gradients of
+    the rows run whole, in fp32."""
+    model, _ = policy
+    demos = expert_rollout(tokenizer, "search_qa", load_tasks("search_qa", "train")[:3])
+    batch = collate(demos, [torch.ones(len(d.token_ids)) for d in demos])
+    p = shared_prefix_length(batch["input_ids"], batch["attention_mask"])
+    assert 100 < p < min(len(d.token_ids) for d in demos) and p < 0.7 * max(len(d.token_ids) for d in demos)
+    real = batch["attention_mask"].bool()
+    params = [model.model.layers[0].self_attn.q_proj.weight, model.model.layers[-1].mlp.down_proj.weight,
+              model.get_input_embeddings().weight]
+    out = {}
+    for share in (False, True):
+        monkeypatch.setattr(batching, "SHARE_PREFIX", share)
+        logprobs, _, hidden = forward_logprobs(model, batch, model.device, None, 1.0, need_hidden=True)
+        grads = torch.autograd.grad(logprobs.sum() + hidden[real].pow(2).mean(), params)
+        out[share] = (hidden.detach()[real], logprobs.detach(), grads)
+    torch.testing.assert_close(out[True][0], out[False][0], atol=5e-4, rtol=1e-4)
+    torch.testing.assert_close(out[True][1], out[False][1], atol=1e-4, rtol=0)
+    for shared, whole in zip(out[True][2], out[False][2]):
+        assert ((shared - whole).norm() / whole.norm()) < 1e-4
 
 
 def test_entropy_of_the_logits_rows():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from course_lib import decode_attention, kv_cache
+from course_lib import batching, decode_attention, kv_cache
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -37,11 +37,11 @@ def test_then_arm_switches_the_engine_back_and_restores_it(scripts):
     engine, arms = scripts["lora_vs_full"].engine, scripts["engine_then_now"].ARMS
     assert kv_cache.PREALLOCATE is True
     with engine(**arms["then"]["engine"]):
-        assert kv_cache.PREALLOCATE is False
+        assert kv_cache.PREALLOCATE is False and batching.SHARE_PREFIX is False
         model = _tiny_llama()
         decode_attention.install(model)  # what load_policy calls: a no-op in the "then" arm
         assert model.config._attn_implementation == "sdpa"
-    assert kv_cache.PREALLOCATE is True
+    assert kv_cache.PREALLOCATE is True and batching.SHARE_PREFIX is True
     model = _tiny_llama()
     decode_attention.install(model)
     assert model.config._attn_implementation == decode_attention.ATTENTION

@@ -35,15 +35,16 @@ import torch
 from course_lib import batching, lora
 from course_lib.batching import use_bf16
 from course_lib.envs import load_tasks
-from course_lib.models import load_policy
+from course_lib.models import bf16_is_fast, load_policy
 from course_lib.rollout import expert_rollout
 from course_lib.train.config import TrainConfig
 from course_lib.train.update import update
 
 
-def matmul_peak(dtype: torch.dtype, device: torch.device, repeats: int = 5) -> float:
-    """FLOP/s of the best of `repeats` n×n @ n×n matmuls (2n³ FLOP each; n = 2048 on CPU, 8192 on GPU)."""
-    n = 8192 if device.type == "cuda" else 2048
+def matmul_peak(dtype: torch.dtype, device: torch.device, repeats: int = 5, n: int | None = None) -> float:
+    """FLOP/s of the best of `repeats` n×n @ n×n matmuls (2n³ FLOP each; by default n = 2048 on CPU, 8192 on
+    GPU)."""
+    n = n or (8192 if device.type == "cuda" else 2048)
     a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
     return 2 * n**3 / best_matmul_seconds(a, b, device, repeats)
 
@@ -160,6 +161,9 @@ def compare_shared_prefix(demos, *, token_budget: int, repeats: int, device: tor
     shared = [batching.shared_prefix_length(b["input_ids"], b["attention_mask"])
               for b in (batching.collate([demos[i] for i in rows])
                         for rows in batching.pack_by_length([len(d.token_ids) for d in demos], token_budget))]
+    speeds = {dt: matmul_peak(dt, device, n=1024) / 1e9 for dt in (torch.float32, torch.bfloat16)}
+    print(f"1,024^2 matmul: fp32 {speeds[torch.float32]:.1f} GFLOP/s, bf16 {speeds[torch.bfloat16]:.1f} "
+          f"GFLOP/s; bf16 units (models.bf16_is_fast): {'yes' if bf16_is_fast(device) else 'no'}")
     print(f"{'bf16 autocast' if bf16 else 'fp32'}; micro-batches' shared starts (tokens): {shared}")
     seconds: dict[bool, list[float]] = {True: [], False: []}
     for i in range(repeats + 1):  # the first round warms up (allocations, AdamW state)

@@ -178,3 +178,15 @@ def test_a_regenerated_corpus_is_indexed_anew(tmp_path):
 ])
 def test_normalize_answer(raw, normalised):
     assert normalize_answer(raw) == normalised
+
+
+def test_equal_scores_rank_in_corpus_order():
+    """Sentences of one template and length score the same; they come back in corpus order, on every machine
+    (bm25s's own top-k left such ties in an order that differed between two machines' CPUs)."""
+    from course_lib.envs.search_qa import SearchIndex
+
+    docs = [{"id": str(i), "text": f"{name} was born in Jorvik in 18{i}4."}
+            for i, name in enumerate(["Ada Brun", "Cel Dorr", "Eli Fenn", "Gus Hale", "Ira Jost"])]
+    index = SearchIndex(docs[::-1] + [{"id": "x", "text": "Jorvik is a city."}])
+    assert [d["id"] for d in index.search("born Jorvik")] == ["4", "3", "2"]
+    assert [d["id"] for d in index.search("born Jorvik", k=5)] == ["4", "3", "2", "1", "0"]

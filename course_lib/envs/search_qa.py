@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import bm25s
+import numpy as np
 
 from course_lib.envs import data_dir
 from course_lib.envs.base import Environment, ToolError
@@ -60,8 +61,11 @@ class SearchIndex:
         query_tokens = self.tokenizer.tokenize([query], update_vocab=False, show_progress=False)
         if not any(query_tokens[0]):
             return []
-        ids, scores = self.retriever.retrieve(query_tokens, k=min(k, len(self.docs)), show_progress=False)
-        return [self.docs[i] for i, score in zip(ids[0], scores[0]) if score > 0]
+        # Every doc's score, then ties broken by corpus order: bm25s's own top-k leaves equal scores (two
+        # sentences of one template and length) in an order that differed between machines.
+        ids, scores = self.retriever.retrieve(query_tokens, k=len(self.docs), show_progress=False)
+        order = np.lexsort((ids[0], -np.round(scores[0], 4)))[:k]
+        return [self.docs[ids[0][j]] for j in order if scores[0][j] > 0]
 
 
 # Many environments are built per training step (one per rollout): index each corpus once per process.

@@ -118,6 +118,14 @@ PRESETS = {
                       # the policy (the tabular companion's working turn credit at every horizon)
                       methods=("outcome", "gigpo", "turn_dense", "critic")),
 }
+# The budget probe of the horizon preset (issue 38). At h = 4, ten LoRA updates at lr 2e-4 hardly changed
+# which moves the policy samples (training success flat in every finished run), so the held-out differences
+# at step 10 measured greedy episodes tipping on small weight changes. These presets keep everything of the
+# horizon preset (the warm start, tasks, sampling seeds and cost of a step) but the learning rate, and
+# evaluate at step 5 too: does a larger step learn in the same ten updates?
+for _lr in (2e-4, 1e-3, 3e-3):
+    PRESETS[f"horizon_lr{_lr:g}"] = PRESETS["horizon"].replace(lr=_lr, eval_every=5,
+                                                              envs=("gridworld_long-h4",), seeds=(0, 1))
 # Per environment: turn limit; the warm start's task filter (for presets with their own warm-start sizes) and
 # its overrides of course_warm_start (for the others); the RL filter (training and held-out tasks).
 ENV_OPTIONS = {

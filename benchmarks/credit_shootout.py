@@ -126,6 +126,10 @@ PRESETS = {
 for _lr in (2e-4, 1e-3, 3e-3):
     PRESETS[f"horizon_lr{_lr:g}"] = PRESETS["horizon"].replace(lr=_lr, eval_every=5,
                                                               envs=("gridworld_long-h4",), seeds=(0, 1))
+# At lr 1e-3 and 3e-3 held-out success fell from 0.325 to 0.025-0.050 within five updates of 2 maps x 8
+# (benchmarks/README.md). The next probe: the same rollouts a step spread over 4 maps x 4, at lr 1e-3, so that
+# an update is fitted to twice as many maps (does the collapse come from updates fitted to two maps?).
+PRESETS["horizon_lr0.001_maps4"] = PRESETS["horizon_lr0.001"].replace(tasks_per_step=4, group_size=4)
 # Per environment: turn limit; the warm start's task filter (for presets with their own warm-start sizes) and
 # its overrides of course_warm_start (for the others); the RL filter (training and held-out tasks).
 ENV_OPTIONS = {

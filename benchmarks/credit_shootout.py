@@ -84,6 +84,16 @@ class Preset(Sizes):
     max_turns: int | None = None  # None: the environment's turn limit (ENV_OPTIONS)
     sample_dtype: str = "float32"  # RolloutConfig.sample_dtype of the training rollouts
     methods: tuple[str, ...] = ("outcome", "gigpo", "turn", "critic")  # the methods run by default
+    loss_type: str = "dapo"  # OptimConfig.loss_type: "dapo" weighs every token alike, "grpo" every episode
+
+
+def budget(preset: Preset) -> dict:
+    """The preset as a dict, the runs' budget and the source of its hash. A field at a default added after
+    runs were kept (loss_type "dapo") is left out, so those runs keep their hash and stay comparable."""
+    out = asdict(preset)
+    if out["loss_type"] == "dapo":
+        del out["loss_type"]
+    return out
 
 
 PRESETS = {
@@ -130,6 +140,11 @@ for _lr in (2e-4, 1e-3, 3e-3):
 # (benchmarks/README.md). The next probe: the same rollouts a step spread over 4 maps x 4, at lr 1e-3, so that
 # an update is fitted to twice as many maps (does the collapse come from updates fitted to two maps?).
 PRESETS["horizon_lr0.001_maps4"] = PRESETS["horizon_lr0.001"].replace(tasks_per_step=4, group_size=4)
+# The other untested explanation: under "dapo" every token weighs alike, so the failing episodes (7-8 turns at
+# h = 4 against about 4.5 for the successes) carry more of the loss than their advantages' sum says: the group
+# normalisation makes the advantages sum to 0 over episodes, not over tokens, and the net push is down on the
+# moves the policy samples. "grpo" averages each episode's tokens first, so every episode weighs alike.
+PRESETS["horizon_lr0.001_grpo"] = PRESETS["horizon_lr0.001"].replace(loss_type="grpo")
 # Per environment: turn limit; the warm start's task filter (for presets with their own warm-start sizes) and
 # its overrides of course_warm_start (for the others); the RL filter (training and held-out tasks).
 ENV_OPTIONS = {
@@ -255,7 +270,7 @@ def short_hash(data: object) -> str:
 
 def preset_dir(size: str) -> Path:
     """runs/shootout/<size>-<hash of the preset>: a changed preset starts afresh."""
-    return runs_dir() / "shootout" / f"{size}-{short_hash(asdict(PRESETS[size]))}"
+    return runs_dir() / "shootout" / f"{size}-{short_hash(budget(PRESETS[size]))}"
 
 
 def env_dir(size: str, env: str) -> Path:
@@ -416,7 +431,8 @@ def train_config(size: str, env: str, method: str, seed: int, warm_path: Path) -
     return TrainConfig(env=env_of(env), model=str(warm_path),
                        run_dir=str(run_dir_of(size, env, method, seed)),
                        credit=method, steps=preset.steps, tasks_per_step=preset.tasks_per_step,
-                       group_size=preset.group_size, optim=dict(lr=preset.lr, lora_rank=preset.lora_rank),
+                       group_size=preset.group_size, optim=dict(lr=preset.lr, lora_rank=preset.lora_rank,
+                                                          loss_type=preset.loss_type),
                        eval_every=0, eval_tasks=preset.eval_tasks,
                        rollout=dict(max_turns=max_turns_of(preset, env),
                                     max_new_tokens=preset.max_new_tokens, max_context=max_context_of(env),
@@ -449,7 +465,7 @@ def run_one(size: str, env: str, method: str, seed: int, warm_path: Path, start:
     sizes: Counter = Counter()
     for r in trains:
         sizes.update({int(k): v for k, v in (r.get("step_group_sizes") or {}).items()})
-    result = {"env": env, "method": method, "seed": seed, "size": size, "preset": asdict(preset),
+    result = {"env": env, "method": method, "seed": seed, "size": size, "preset": budget(preset),
               "start": {k: start.get(k) for k in START_KEYS},
               "curve": [(0, start["success"])] + [(r["step"], r["success"]) for r in evals],
               "final": evals[-1]["success"], "outcomes": evals[-1].get("outcomes"),  # 1/0 per held-out task
@@ -877,7 +893,7 @@ def write_runs(size: str, results: list[dict], path: Path) -> None:
                 if metrics_path.exists() else []
             train = [{"step": row["step"], **{k: row.get(k) for k in TRAIN_KEYS}} for row in train_rows]
         runs.append({k: r.get(k) for k in RUN_FIELDS} | {"start": start_of(size, r), "train": train})
-    head = json.dumps({"preset": size, "budget": asdict(PRESETS[size])})[:-1]
+    head = json.dumps({"preset": size, "budget": budget(PRESETS[size])})[:-1]
     # a run a line
     path.write_text(head + ', "runs": [\n' + ",\n".join(json.dumps(run) for run in runs) + "\n]}\n")
 
@@ -941,7 +957,7 @@ def main(argv: list[str] | None = None) -> dict:
     interruptible()  # started with & from a script, SIGINT would be ignored: Ctrl+C keeps the checkpoint
     preset = PRESETS[args.size]
     # runs finished on earlier machines, with the same budget
-    committed = committed_results(runs_path(args.out, args.size), asdict(preset))
+    committed = committed_results(runs_path(args.out, args.size), budget(preset))
     done_elsewhere = {run_key(r): r for r in committed}
     prepared = {}
     for env in [] if args.report else args.envs or preset.envs:
@@ -975,7 +991,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(out_md.read_text())
     else:
         print(f"no finished runs under {preset_dir(args.size)} yet")
-    return {"results": results, "markdown": out_md, "plot": out_png, "preset": asdict(preset),
+    return {"results": results, "markdown": out_md, "plot": out_png, "preset": budget(preset),
             "run_root": preset_dir(args.size)}
 
 

@@ -1,7 +1,6 @@
 """The shoot-out script: its tiny size end to end (one seed, one step per method), so it cannot rot; its
 paired statistics against scipy and hand-computed values; its report from partial results."""
 
-import dataclasses
 import importlib.util
 import json
 import math
@@ -220,7 +219,7 @@ def test_committed_runs_count_as_finished_and_keep_their_warm_start(shootout, tm
     committed = [old_format_run("gridworld", m, 0, [[0, 0.5], [1, 1.0]], [1, 1])
                  for m in ("outcome", "gigpo")]
     (out / "credit_shootout_tiny_runs.json").write_text(json.dumps(
-        {"preset": "tiny", "budget": dataclasses.asdict(shootout.PRESETS["tiny"]), "runs": committed}))
+        {"preset": "tiny", "budget": shootout.budget(shootout.PRESETS["tiny"]), "runs": committed}))
     env_dir = shootout.env_dir("tiny", "gridworld")
     env_dir.mkdir(parents=True)
     here = {"success": 0.0, "ci_low": 0.0, "ci_high": 0.66, "n": 2, "warm_start": "w", "warm_id": "abcd1234",
@@ -260,7 +259,7 @@ def test_a_committed_run_is_not_trained_again(shootout, tmp_path):
     methods = shootout.PRESETS["tiny"].methods
     committed = [old_format_run("gridworld", m, 0, [[0, 0.5], [1, 0.5]], [1, 0]) for m in methods]
     (out / "credit_shootout_tiny_runs.json").write_text(json.dumps(
-        {"preset": "tiny", "budget": dataclasses.asdict(shootout.PRESETS["tiny"]), "runs": committed}))
+        {"preset": "tiny", "budget": shootout.budget(shootout.PRESETS["tiny"]), "runs": committed}))
     result = shootout.main(["--size", "tiny", "--envs", "gridworld", "--seeds", "0", "--out", str(out)])
     assert not list(shootout.preset_dir("tiny").glob("*/*/seed0/result.json"))
     assert sorted(r["method"] for r in result["results"]) == sorted(methods)
@@ -271,8 +270,20 @@ def test_a_committed_run_is_not_trained_again(shootout, tmp_path):
 def test_committed_runs_of_another_budget_are_refused(shootout, tmp_path):
     out = tmp_path / "results"
     out.mkdir()
-    budget = {**dataclasses.asdict(shootout.PRESETS["tiny"]), "steps": 99}
+    budget = {**shootout.budget(shootout.PRESETS["tiny"]), "steps": 99}
     (out / "credit_shootout_tiny_runs.json").write_text(json.dumps({"preset": "tiny", "budget": budget,
                                                                     "runs": []}))
     with pytest.raises(SystemExit, match="another budget"):
         shootout.main(["--size", "tiny", "--report", "--out", str(out)])
+
+
+def test_loss_type_joins_the_budget_only_off_its_default(shootout, tmp_path):
+    # the presets of runs kept before loss_type existed keep their budget (and hash); the grpo probe differs
+    assert "loss_type" not in shootout.budget(shootout.PRESETS["horizon_lr0.001"])
+    grpo = shootout.budget(shootout.PRESETS["horizon_lr0.001_grpo"])
+    assert grpo == {**shootout.budget(shootout.PRESETS["horizon_lr0.001"]), "loss_type": "grpo"}
+    assert shootout.preset_dir("horizon_lr0.001_grpo") != shootout.preset_dir("horizon_lr0.001")
+    config = shootout.train_config("horizon_lr0.001_grpo", "gridworld_long-h4", "outcome", 0, tmp_path)
+    assert config.optim.loss_type == "grpo"
+    default = shootout.train_config("horizon", "gridworld_long-h4", "outcome", 0, tmp_path)
+    assert default.optim.loss_type == "dapo"

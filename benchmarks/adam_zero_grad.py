@@ -27,6 +27,7 @@ import torch
 from course_lib.batching import collate
 from course_lib.envs import load_tasks
 from course_lib.evaluate import evaluate
+from course_lib.losses import sft_loss
 from course_lib.models import load_policy
 from course_lib.sft import demonstrations, ensure_warm_start
 
@@ -34,11 +35,9 @@ from course_lib.sft import demonstrations, ensure_warm_start
 def sft_gradient(model, demos) -> None:
     """model.grad = ∇ of the mean token loss on the demonstrations' model turns (no optimizer step)."""
     batch = collate(demos)
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
-    mask = batch["loss_mask"][:, 1:]
-    nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), batch["input_ids"][:, 1:],
-                                            reduction="none")
-    ((nll * mask).sum() / mask.sum()).backward()
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    loss, _ = sft_loss(logits, batch["input_ids"], batch["loss_mask"], attention_mask=batch["attention_mask"])
+    loss.backward()
 
 
 def distance(model, start: dict[str, torch.Tensor]) -> float:

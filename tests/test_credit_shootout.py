@@ -287,3 +287,17 @@ def test_loss_type_joins_the_budget_only_off_its_default(shootout, tmp_path):
     assert config.optim.loss_type == "grpo"
     default = shootout.train_config("horizon", "gridworld_long-h4", "outcome", 0, tmp_path)
     assert default.optim.loss_type == "dapo"
+
+
+def test_temperature_joins_the_budget_only_off_its_default(shootout, tmp_path):
+    # the exploration probe's rollout temperature reaches the training rollouts; the kept presets' hashes stay
+    base = shootout.budget(shootout.PRESETS["horizon_lr0.001"])
+    assert "temperature" not in base
+    hot = shootout.budget(shootout.PRESETS["horizon_lr0.001_t1.5"])
+    assert hot == {**base, "temperature": 1.5}
+    assert len({shootout.preset_dir(s) for s in ("horizon_lr0.001", "horizon_lr0.001_t1.5",
+                                                 "horizon_lr0.001_t0.7")}) == 3
+    assert shootout.train_config("horizon_lr0.001_t0.7", "gridworld_long-h4", "outcome", 0,
+                                 tmp_path).rollout.temperature == 0.7
+    assert shootout.train_config("horizon", "gridworld_long-h4", "outcome", 0,
+                                 tmp_path).rollout.temperature == 1.0

@@ -158,6 +158,9 @@ PRESETS["horizon_lr0.001_grpo"] = PRESETS["horizon_lr0.001"].replace(loss_type="
 # 1, sampled episodes closer to the greedy ones, so more groups that hold a success.
 for _t in (1.5, 0.7):
     PRESETS[f"horizon_lr0.001_t{_t:g}"] = PRESETS["horizon_lr0.001"].replace(temperature=_t)
+# Its control at temperature 1 on the same warm start: the horizon_lr0.001 budget under a name of its own,
+# since that preset's committed runs come from another machine's warm start and a report keeps one run a seed.
+PRESETS["horizon_lr0.001_t1"] = PRESETS["horizon_lr0.001"]
 # Per environment: turn limit; the warm start's task filter (for presets with their own warm-start sizes) and
 # its overrides of course_warm_start (for the others); the RL filter (training and held-out tasks).
 ENV_OPTIONS = {

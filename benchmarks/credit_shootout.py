@@ -88,6 +88,10 @@ class Preset(Sizes):
     temperature: float = 1.0  # RolloutConfig.temperature of the training rollouts (evaluation stays greedy)
 
 
+# the Preset fields added after runs were kept, with the default that keeps what those runs did
+LATER_FIELDS = {"loss_type": "dapo", "temperature": 1.0}
+
+
 def budget(preset: Preset) -> dict:
     """The preset as a dict, the runs' budget and the source of its hash. A field at a default added after
     runs were kept (loss_type "dapo", temperature 1) is left out, so those runs keep their hash and stay
@@ -97,10 +101,6 @@ def budget(preset: Preset) -> dict:
         if out[field] == default:
             del out[field]
     return out
-
-
-# the Preset fields added after runs were kept, with the default that keeps what those runs did
-LATER_FIELDS = {"loss_type": "dapo", "temperature": 1.0}
 
 
 PRESETS = {

@@ -291,6 +291,9 @@ ALLOWED: dict[str, dict[str, str]] = {
         "3 minutes": FAST_ESTIMATE,
         "16.6 minutes": "the run's wall time with the kernel's start (README.md); its cells' sum is 16.5",
     },
+    "09_llm_judge": {"11 minutes": "the judge's warm start, trained once: 650 s (cell 33) in the "
+                                   "learning-mode run of 2026-12-07 that trained it (README); this run "
+                                   "found it cached"},
     "11_scaling_out": {
         "38 seconds": FAST_MEASURED,
         "858 seconds": LEARNING_WALL,

@@ -86,16 +86,17 @@ class Preset(Sizes):
     methods: tuple[str, ...] = ("outcome", "gigpo", "turn", "critic")  # the methods run by default
     loss_type: str = "dapo"  # OptimConfig.loss_type: "dapo" weighs every token alike, "grpo" every episode
     temperature: float = 1.0  # RolloutConfig.temperature of the training rollouts (evaluation stays greedy)
+    adam_eps: float = 1e-8  # OptimConfig.adam_eps
 
 
 # the Preset fields added after runs were kept, with the default that keeps what those runs did
-LATER_FIELDS = {"loss_type": "dapo", "temperature": 1.0}
+LATER_FIELDS = {"loss_type": "dapo", "temperature": 1.0, "adam_eps": 1e-8}
 
 
 def budget(preset: Preset) -> dict:
     """The preset as a dict, the runs' budget and the source of its hash. A field at a default added after
-    runs were kept (loss_type "dapo", temperature 1) is left out, so those runs keep their hash and stay
-    comparable."""
+    runs were kept (LATER_FIELDS: loss_type "dapo", temperature 1, adam_eps 1e-8) is left out, so those runs
+    keep their hash and stay comparable."""
     out = asdict(preset)
     for field, default in LATER_FIELDS.items():
         if out[field] == default:
@@ -161,6 +162,13 @@ for _t in (1.5, 0.7):
 # Its control at temperature 1 on the same warm start: the horizon_lr0.001 budget under a name of its own,
 # since that preset's committed runs come from another machine's warm start and a report keeps one run a seed.
 PRESETS["horizon_lr0.001_t1"] = PRESETS["horizon_lr0.001"]
+# Seed 1 of 0.7 and 1.5 fell by step 5 as well (0.050, 0.125): temperature is not it. What every probe at lr
+# 1e-3 shares is AdamW's step: m/sqrt(v) is about sign(g), so each adapter weight moves by about lr at every
+# update, whether the batch held one success in sixteen or five (grad norms 0.008-0.056, steps of one size).
+# With ε far above the gradients' size, m/(sqrt(v) + ε) is about g/ε: a step in proportion to the gradient,
+# SGD at lr/ε = 30 here, so a batch with little signal moves the policy little (steps of norm 0.24-1.7 for
+# those grad norms, against about 1.6 for every AdamW step at lr 1e-3).
+PRESETS["horizon_sgdlike"] = PRESETS["horizon_lr0.001"].replace(lr=3e-3, adam_eps=1e-4)
 # Per environment: turn limit; the warm start's task filter (for presets with their own warm-start sizes) and
 # its overrides of course_warm_start (for the others); the RL filter (training and held-out tasks).
 ENV_OPTIONS = {
@@ -328,18 +336,21 @@ def warm_start_of(size: str, env: str) -> Path:
 def start_eval(size: str, env: str, warm_path: Path) -> dict:
     """Held-out success of the warm start, i.e. step 0 of every run of this environment: greedy decoding
     from one checkpoint gives the same result for every method and seed, so it is computed once, with
-    the runs' tasks and limits. Refuses a warm start other than the one the earlier runs started from."""
+    the runs' tasks and limits, and shared by every preset with the same warm start and evaluation (a
+    probe that changes only the training, such as the learning rate, does not evaluate it again). Refuses
+    a warm start other than the one the earlier runs started from."""
     preset = PRESETS[size]
+    settings = {"env": env_of(env), "n_tasks": preset.eval_tasks,
+                "task_filter": ENV_OPTIONS[env]["rl_filter"], "max_turns": max_turns_of(preset, env),
+                "max_new_tokens": preset.max_new_tokens, "max_context": max_context_of(env)}
 
     def compute() -> dict:
         t0 = time.perf_counter()
-        result = evaluate(str(warm_path), env_of(env), n_tasks=preset.eval_tasks,
-                          task_filter=ENV_OPTIONS[env]["rl_filter"],
-                          max_turns=max_turns_of(preset, env), max_new_tokens=preset.max_new_tokens,
-                          max_context=max_context_of(env))
+        result = evaluate(str(warm_path), **settings)
         return {**result, "seconds": time.perf_counter() - t0, "warm_start": warm_path.name}
 
-    start = cached_json(env_dir(size, env) / "start_eval.json", compute)
+    shared = runs_dir() / "shootout" / "start_evals" / f"{warm_path.name}-{short_hash(settings)}.json"
+    start = cached_json(env_dir(size, env) / "start_eval.json", lambda: cached_json(shared, compute))
     if start["warm_start"] != warm_path.name:
         raise SystemExit(f"{env_dir(size, env)} holds runs from warm start {start['warm_start']}, not "
                          f"{warm_path.name} (the warm start changed): move that folder away to start afresh")
@@ -449,7 +460,8 @@ def train_config(size: str, env: str, method: str, seed: int, warm_path: Path) -
                        run_dir=str(run_dir_of(size, env, method, seed)),
                        credit=method, steps=preset.steps, tasks_per_step=preset.tasks_per_step,
                        group_size=preset.group_size, optim=dict(lr=preset.lr, lora_rank=preset.lora_rank,
-                                                          loss_type=preset.loss_type),
+                                                          loss_type=preset.loss_type,
+                                                          adam_eps=preset.adam_eps),
                        eval_every=0, eval_tasks=preset.eval_tasks,
                        rollout=dict(max_turns=max_turns_of(preset, env),
                                     max_new_tokens=preset.max_new_tokens, max_context=max_context_of(env),

@@ -155,6 +155,16 @@ def test_prepare_only_makes_the_shared_start_and_trains_nothing(shootout, tmp_pa
     env_dir = shootout.env_dir("tiny", "gridworld")
     assert (env_dir / "start_eval.json").exists() and (env_dir / "group_stats.json").exists()
     assert not list(shootout.preset_dir("tiny").glob("*/*/seed*"))
+    # a preset that changes only the training shares the warm start's evaluation: read, not run again
+    shootout.PRESETS["tiny_lr"] = shootout.PRESETS["tiny"].replace(lr=1e-3)
+    try:
+        first = json.loads((env_dir / "start_eval.json").read_text())
+        again = shootout.start_eval("tiny_lr", "gridworld", shootout.warm_start_of("tiny", "gridworld"))
+        assert shootout.env_dir("tiny_lr", "gridworld") != env_dir
+        # the same measurement, its seconds too: no second evaluation (identity fields come later)
+        assert again == {k: first[k] for k in again} and "seconds" in again
+    finally:
+        del shootout.PRESETS["tiny_lr"]
 
 
 def test_long_horizon_settings_run_their_environment_with_its_limits(shootout, tmp_path):
@@ -301,3 +311,10 @@ def test_temperature_joins_the_budget_only_off_its_default(shootout, tmp_path):
                                  tmp_path).rollout.temperature == 0.7
     assert shootout.train_config("horizon", "gridworld_long-h4", "outcome", 0,
                                  tmp_path).rollout.temperature == 1.0
+    # and the Adam-ε probe's ε reaches the optimizer's config, also only off its default
+    assert "adam_eps" not in base
+    assert shootout.budget(shootout.PRESETS["horizon_sgdlike"])["adam_eps"] == 1e-4
+    assert shootout.train_config("horizon_sgdlike", "gridworld_long-h4", "outcome", 0,
+                                 tmp_path).optim.adam_eps == 1e-4
+    plain = shootout.train_config("horizon", "gridworld_long-h4", "outcome", 0, tmp_path)
+    assert plain.optim.adam_eps == 1e-8

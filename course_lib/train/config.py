@@ -53,6 +53,7 @@ class OptimConfig:
 
     lr: float = 2e-5  # AdamW learning rate of the policy
     weight_decay: float = 0.0  # AdamW weight decay
+    adam_eps: float = 1e-8  # AdamW ε; far above the gradients, a step follows their size, not their sign
     max_grad_norm: float = 1.0  # gradient clipping
     loss_type: str = "dapo"  # policy_loss normalisation: "dapo", "bnpo", "grpo", "dr_grpo"
     eps_low: float = 0.2  # clip range below 1

@@ -147,7 +147,7 @@ def load_run(config: TrainConfig, metrics_path: Path) -> Run:
     # in casts than it saves in matmuls (measured slower); the training forward/backward uses it.
     value_head = make_value_head(config, model)
     optimizer = torch.optim.AdamW(param_groups(config, model, value_head),
-                                  weight_decay=config.optim.weight_decay)
+                                  weight_decay=config.optim.weight_decay, eps=config.optim.adam_eps)
     torch.manual_seed(config.seed)
     start = 0
     if checkpoint:

@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # replaced by the reference solutions (COURSE_SOLUTIONS=1, see course_lib/course/grading.py).
 NOTEBOOKS ?= $(sort $(wildcard notebooks/*.ipynb))
 
-.PHONY: install demo test lab data lint clean-runs
+.PHONY: install demo test test-lib test-notebooks lab data lint clean-runs
 
 install: $(VENV)/.installed
 
@@ -31,11 +31,25 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(BIN)/python -m course_lib demo
 
-# runs/test/: the tests' own runs folder (a learner's runs/ stays as it is); each notebook's runs are
-# dropped after its last cell (tests/conftest.py), warm starts kept.
+# Two halves at once, each on half the cores: the library tests and the notebooks under nbval (one kernel at
+# a time, in order). On 2 cores one pytest keeps about 1.5 of them busy (subprocesses, sandboxes, kernels
+# starting, Python between ops); two single-threaded ones keep both busy. Each half prints its output when
+# it ends (make -O). runs/test/: the notebooks' runs folder (a learner's runs/ stays as it is); each
+# notebook's runs are dropped after its last cell (tests/conftest.py), warm starts kept. The library tests
+# have their own, runs/test-lib/, so that a notebook's drop never sees their folders.
+TEST_THREADS ?= $(or $(COURSE_THREADS),$(shell $(PYTHON) -c "import os; print(max(1, (os.cpu_count() or 2) // 2))"))
+TEST_ENV = COURSE_FAST=1 COURSE_SOLUTIONS=1 COURSE_THREADS=$(TEST_THREADS) $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
+
 test: install
 	$(BIN)/python -m course_lib.tasks --check
-	COURSE_FAST=1 COURSE_SOLUTIONS=1 COURSE_RUNS=$(CURDIR)/runs/test COURSE_TEST_DROP_RUNS=1 $(BIN)/python -m pytest -q --nbval-lax --nbval-current-env --durations=15 $(PYTEST_ARGS) tests $(NOTEBOOKS)
+	$(MAKE) --no-print-directory -j2 -Otarget test-lib test-notebooks
+
+test-lib: install
+	COURSE_RUNS=$(CURDIR)/runs/test-lib $(TEST_ENV) tests
+
+test-notebooks: install
+	$(if $(NOTEBOOKS),COURSE_RUNS=$(CURDIR)/runs/test COURSE_TEST_DROP_RUNS=1 $(TEST_ENV) --nbval-lax \
+		--nbval-current-env $(NOTEBOOKS),@echo "no notebooks to test")
 
 lab: install
 	$(BIN)/jupyter lab notebooks/

@@ -347,7 +347,8 @@ def start_eval(size: str, env: str, warm_path: Path) -> dict:
     def compute() -> dict:
         t0 = time.perf_counter()
         result = evaluate(str(warm_path), **settings)
-        return {**result, "seconds": time.perf_counter() - t0, "warm_start": warm_path.name}
+        return {**result, "seconds": time.perf_counter() - t0, "warm_start": warm_path.name,
+                "warm_id": warm_id(warm_path), "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M")}
 
     shared = runs_dir() / "shootout" / "start_evals" / f"{warm_path.name}-{short_hash(settings)}.json"
     start = cached_json(env_dir(size, env) / "start_eval.json", lambda: cached_json(shared, compute))
@@ -372,8 +373,9 @@ START_KEYS = ("success", "ci_low", "ci_high", "n", "mean_turns_success", "warm_i
 
 
 def identified_start(size: str, env: str, warm_path: Path, start: dict) -> dict:
-    """The step-0 evaluation with its warm start's identity (hash, machine, date), written back to
-    start_eval.json the first time."""
+    """The step-0 evaluation with its warm start's identity (hash, machine, date). `start_eval` records
+    them when it measures; a start_eval.json from before that gets them here, dated by its file's time,
+    and written back."""
     if "warm_id" not in start:
         path = env_dir(size, env) / "start_eval.json"
         start = {**start, "warm_id": warm_id(warm_path), "machine": machine(),

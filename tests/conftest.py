@@ -76,12 +76,12 @@ def make_trajectory(turns: Sequence[Hashable] | Sequence[tuple[Hashable, str]], 
 
 
 # ----- `make test`'s disk: each notebook's runs dropped after its last cell --------------------------------
-# `make test` runs every notebook in fast mode (nbval) after these tests. With COURSE_TEST_DROP_RUNS=1 (the
-# Makefile sets it, with COURSE_RUNS=runs/test) the run folders a notebook created are deleted once its last
-# cell has run, so the disk's peak is one notebook's runs (about 3 GB), not all of them (9.3 GB measured).
-# Warm starts stay: later notebooks reuse them. This is a hook of the whole session (pytest_runtest_protocol
-# sees every item, the notebooks' cells too), so it lives here: a second conftest.py under notebooks/ would
-# shadow this module for the tests that import from it.
+# `make test` runs every notebook in fast mode (nbval), in a pytest of their own beside these tests. With
+# COURSE_TEST_DROP_RUNS=1 (the Makefile sets it, with COURSE_RUNS=runs/test) the run folders a notebook
+# created are deleted once its last cell has run, so the disk's peak is one notebook's runs (about 3 GB), not
+# all of them (9.3 GB measured). Warm starts stay: later notebooks reuse them. This is a hook of the whole
+# session (pytest_runtest_protocol sees every item, the notebooks' cells too), so it lives here: a second
+# conftest.py under notebooks/ would shadow this module for the tests that import from it.
 
 
 @pytest.hookimpl(wrapper=True)

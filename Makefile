@@ -31,25 +31,27 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(BIN)/python -m course_lib demo
 
-# Two halves at once, each on half the cores: the library tests and the notebooks under nbval (one kernel at
-# a time, in order). On 2 cores one pytest keeps about 1.5 of them busy (subprocesses, sandboxes, kernels
-# starting, Python between ops); two single-threaded ones keep both busy. Each half prints its output when
-# it ends (make -O). runs/test/: the notebooks' runs folder (a learner's runs/ stays as it is); each
-# notebook's runs are dropped after its last cell (tests/conftest.py), warm starts kept. The library tests
-# have their own, runs/test-lib/, so that a notebook's drop never sees their folders.
+# Two halves at once, each on half the cores: the library tests, and the notebooks under nbval (one kernel at a
+# time, in order) after the two slowest test files. On 2 cores one pytest kept about 1.5 cores busy (waiting
+# on subprocesses, sandboxes, kernels starting); the two halves keep both busy and end within a few minutes of
+# each other. Each prints its output when it ends (make -O). runs/test/: the notebooks' runs folder (a
+# learner's runs/ stays as it is); each notebook's runs are dropped after its last cell by tests/conftest.py,
+# which pytest loads because SLOW_TESTS are under tests/ (warm starts are kept). The library tests have a
+# runs folder of their own, runs/test-lib/, so that a notebook's drop never sees their folders.
 TEST_THREADS ?= $(or $(COURSE_THREADS),$(shell $(PYTHON) -c "import os; print(max(1, (os.cpu_count() or 2) // 2))"))
 TEST_ENV = COURSE_FAST=1 COURSE_SOLUTIONS=1 COURSE_THREADS=$(TEST_THREADS) $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
+SLOW_TESTS = tests/test_demo.py tests/test_vs_trl.py
 
 test: install
 	$(BIN)/python -m course_lib.tasks --check
 	$(MAKE) --no-print-directory -j2 -Otarget test-lib test-notebooks
 
 test-lib: install
-	COURSE_RUNS=$(CURDIR)/runs/test-lib $(TEST_ENV) tests
+	COURSE_RUNS=$(CURDIR)/runs/test-lib $(TEST_ENV) $(addprefix --ignore=,$(SLOW_TESTS)) tests
 
 test-notebooks: install
-	$(if $(NOTEBOOKS),COURSE_RUNS=$(CURDIR)/runs/test COURSE_TEST_DROP_RUNS=1 $(TEST_ENV) --nbval-lax \
-		--nbval-current-env $(NOTEBOOKS),@echo "no notebooks to test")
+	COURSE_RUNS=$(CURDIR)/runs/test COURSE_TEST_DROP_RUNS=1 $(TEST_ENV) --nbval-lax --nbval-current-env \
+		$(SLOW_TESTS) $(NOTEBOOKS)
 
 lab: install
 	$(BIN)/jupyter lab notebooks/

@@ -253,15 +253,16 @@ def test_checkpoints_take_plain_data_not_the_training_config():
 
 def test_interruptible_gives_back_ctrl_c_to_a_process_started_with_sigint_ignored():
     """What `cmd &` in a script does to a run: SIGINT starts ignored. Without interruptible() the signal is
-    lost; with it the process gets its KeyboardInterrupt (and a run, its checkpoint)."""
+    lost; with it the process gets its KeyboardInterrupt (and a run, its checkpoint). "ready" is printed
+    inside the try, so that a signal that comes at once is caught there too (a busy machine
+    showed that race)."""
     import subprocess
     import sys
 
     code = ("import sys, time\n"
             "from course_lib.checkpoint import interruptible\n"
             "if sys.argv[1] == 'on': interruptible()\n"
-            "print('ready', flush=True)\n"
-            "try:\n    time.sleep(20)\n    print('slept')\n"
+            "try:\n    print('ready', flush=True)\n    time.sleep(20)\n    print('slept')\n"
             "except KeyboardInterrupt:\n    print('KeyboardInterrupt')\n")
     seen = {}
     for mode in ("off", "on"):

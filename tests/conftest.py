@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from course_lib.checkpoint import interruptible
 from course_lib.models import course_threads
 from course_lib.trajectory import Step, Trajectory
 
 os.environ.setdefault("COURSE_FAST", "1")
+# A suite started with & from a script (nohup, a CI wrapper) inherits SIGINT ignored: the tests that send
+# themselves a Ctrl+C need it back, as the run scripts do.
+interruptible()
 torch.set_num_threads(course_threads())
 # The model's device in the tests: CPU everywhere (CI has no GPU); COURSE_TEST_DEVICE=cuda runs the same
 # tests through the CUDA path on a machine with a GPU.
